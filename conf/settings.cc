@@ -1,0 +1,194 @@
+// conf/settings.cc — the one table of settings, and its parser.
+#include "conf/settings.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string_view>
+#include <variant>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "engine/sys.h"
+
+extern char** environ;
+
+namespace rds::conf {
+namespace {
+
+// Reads an integer from a /proc/sys file; `fallback` if unreadable.
+int64_t ReadSysctl(const char* path, int64_t fallback) {
+  std::ifstream in(path);
+  int64_t v = 0;
+  if (in >> v) return v;
+  return fallback;
+}
+
+struct IntRange {
+  int64_t min, max;
+};
+
+using Field = std::variant<int64_t Settings::*, bool Settings::*, std::string Settings::*>;
+
+struct Spec {
+  const char* name;
+  Field field;
+  std::function<std::string()> default_text;  // resolved lazily (may read /proc)
+  IntRange range;
+  const char* doc;
+};
+
+const std::vector<Spec>& Schema() {
+  static const auto* schema = new std::vector<Spec>{
+      {"RUNDIR", &Settings::rundir, [] { return std::string("/tmp/rds-preload"); }, {0, 0},
+       "directory of the host registry shared by every shim process (ports, engine sockets)"},
+      {"TCP_PORT", &Settings::tcp_port, [] { return std::string("16385"); }, {1, 65535},
+       "TCP port every shim engine listens on for other hosts (kernel RDS_TCP_PORT)"},
+      {"WMEM_DEFAULT", &Settings::wmem_default,
+       [] { return absl::StrCat(ReadSysctl("/proc/sys/net/core/wmem_default", 212992)); },
+       {4608, int64_t{1} << 31}, "default SO_SNDBUF of a new socket (net.core.wmem_default)"},
+      {"RMEM_DEFAULT", &Settings::rmem_default,
+       [] { return absl::StrCat(ReadSysctl("/proc/sys/net/core/rmem_default", 212992)); },
+       {2304, int64_t{1} << 31}, "default SO_RCVBUF of a new socket (net.core.rmem_default)"},
+      {"PING_ENABLE", &Settings::ping_enable, [] { return std::string("1"); }, {0, 1},
+       "answer messages to port 0 with a pong (net.rds.ping_enable)"},
+      {"RECONNECT_MIN_DELAY_MS", &Settings::reconnect_min_delay_ms,
+       [] { return std::string("1"); }, {0, 3600000},
+       "smallest reconnect back-off (net.rds.reconnect_min_delay_ms)"},
+      {"RECONNECT_MAX_DELAY_MS", &Settings::reconnect_max_delay_ms,
+       [] { return std::string("1000"); }, {1, 3600000},
+       "largest reconnect back-off (net.rds.reconnect_max_delay_ms)"},
+      {"LOG_LEVEL", &Settings::log_level, [] { return std::string("0"); }, {0, 5},
+       "0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace"},
+      {"LOG_FILE", &Settings::log_file, [] { return std::string(); }, {0, 0},
+       "log destination; empty means stderr; %p is replaced by the pid"},
+  };
+  return *schema;
+}
+
+bool ParseBool(std::string_view text, bool* out) {
+  std::string t = absl::AsciiStrToLower(text);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return *out = true, true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return *out = false, true;
+  return false;
+}
+
+// Applies `text` to the field; false if it does not parse or is out of range.
+bool Apply(const Spec& spec, const std::string& text, Settings* s) {
+  if (auto p = std::get_if<int64_t Settings::*>(&spec.field)) {
+    int64_t v;
+    if (!absl::SimpleAtoi(text, &v) || v < spec.range.min || v > spec.range.max) return false;
+    s->**p = v;
+    return true;
+  }
+  if (auto p = std::get_if<bool Settings::*>(&spec.field)) return ParseBool(text, &(s->**p));
+  s->*std::get<std::string Settings::*>(spec.field) = text;
+  return true;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] != b[j - 1])});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+Settings Parse(const std::function<std::optional<std::string>(const std::string&)>& lookup,
+               const std::vector<std::string>& all_env_names,
+               std::vector<std::string>* problems) {
+  Settings s;
+  for (const Spec& spec : Schema()) {
+    std::string def = spec.default_text();
+    Apply(spec, def, &s);
+    std::string var = absl::StrCat(kEnvPrefix, spec.name);
+    if (auto value = lookup(var)) {
+      if (!Apply(spec, *value, &s)) {
+        if (std::holds_alternative<int64_t Settings::*>(spec.field)) {
+          problems->push_back(absl::StrFormat(
+              "%s=%s is invalid (expected an integer in [%d, %d]); using the default %s", var,
+              *value, spec.range.min, spec.range.max, def));
+        } else {
+          problems->push_back(
+              absl::StrFormat("%s=%s is invalid (expected 0/1); using the default %s", var, *value, def));
+        }
+        Apply(spec, def, &s);
+      }
+    }
+  }
+  for (const std::string& name : all_env_names) {
+    if (!absl::StartsWith(name, kEnvPrefix)) continue;
+    std::string_view bare = std::string_view(name).substr(sizeof(kEnvPrefix) - 1);
+    const Spec* best = nullptr;
+    size_t best_distance = ~size_t{0};
+    bool known = false;
+    for (const Spec& spec : Schema()) {
+      if (bare == spec.name) known = true;
+      size_t d = EditDistance(bare, spec.name);
+      if (d < best_distance) best_distance = d, best = &spec;
+    }
+    // Internal variables (used by rdsrun and tests) start with an underscore.
+    if (known || absl::StartsWith(bare, "_")) continue;
+    problems->push_back(absl::StrFormat("unknown setting %s (did you mean %s%s?)", name,
+                                        kEnvPrefix, best ? best->name : ""));
+  }
+  if (s.reconnect_max_delay_ms < s.reconnect_min_delay_ms) {
+    problems->push_back("RDS_PRELOAD_RECONNECT_MAX_DELAY_MS is below the minimum; using the minimum");
+    s.reconnect_max_delay_ms = s.reconnect_min_delay_ms;
+  }
+  return s;
+}
+
+const Settings& Get() {
+  static const Settings* settings = [] {
+    std::vector<std::string> names;
+    for (char** e = environ; e && *e; ++e) {
+      std::string_view kv(*e);
+      names.emplace_back(kv.substr(0, kv.find('=')));
+    }
+    std::vector<std::string> problems;
+    auto* s = new Settings(Parse(
+        [](const std::string& var) -> std::optional<std::string> {
+          const char* v = getenv(var.c_str());
+          if (v == nullptr) return std::nullopt;
+          return std::string(v);
+        },
+        names, &problems));
+    // Configuration problems are reported even when logging is off: a typo in
+    // a setting must never pass silently.
+    for (const std::string& p : problems) {
+      std::string line = absl::StrCat("rds-preload: ", p, "\n");
+      sys::WriteAll(2, line.data(), line.size());
+    }
+    return s;
+  }();
+  return *settings;
+}
+
+std::vector<SettingInfo> Describe() {
+  std::vector<SettingInfo> out;
+  for (const Spec& spec : Schema()) {
+    const char* type = std::holds_alternative<int64_t Settings::*>(spec.field)  ? "int"
+                       : std::holds_alternative<bool Settings::*>(spec.field) ? "bool"
+                                                                             : "string";
+    out.push_back({spec.name, type, spec.default_text(), spec.doc});
+  }
+  return out;
+}
+
+}  // namespace rds::conf

@@ -1,0 +1,60 @@
+// conf/settings.h — the configuration schema of rds-preload.
+//
+// Every setting is declared exactly once, in settings.cc's table (name, type,
+// default, range, one-line doc), and read from an environment variable named
+// RDS_PRELOAD_<NAME>. Settings are parsed once per process, on first use.
+//
+// Thread-safety: Get() is safe for concurrent use; the returned object is
+// immutable after the first call.
+#ifndef RDS_CONF_SETTINGS_H_
+#define RDS_CONF_SETTINGS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rds::conf {
+
+inline constexpr const char kEnvPrefix[] = "RDS_PRELOAD_";
+
+struct Settings {
+  std::string rundir;          // host registry directory (shared by all shim processes)
+  int64_t tcp_port;            // rendezvous TCP port (kernel RDS_TCP_PORT)
+  // Default SO_SNDBUF/SO_RCVBUF of a new socket, as stored (net.core.[wr]mem_default).
+  // The caps (net.core.[wr]mem_max) are the host's own: the kernel applies
+  // them to the fd that backs every RDS socket, exactly as to kernel RDS.
+  int64_t wmem_default;
+  int64_t rmem_default;
+  bool ping_enable;            // net.rds.ping_enable
+  int64_t reconnect_min_delay_ms;  // net.rds.reconnect_min_delay_ms
+  int64_t reconnect_max_delay_ms;  // net.rds.reconnect_max_delay_ms
+  int64_t log_level;           // 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace
+  std::string log_file;        // empty: stderr; "%p" is replaced by the pid
+};
+
+// One entry of the schema, for documentation and the parser.
+struct SettingInfo {
+  const char* name;            // without the prefix, e.g. "TCP_PORT"
+  const char* type;            // "int", "bool", "string"
+  std::string default_value;   // as text (host-derived defaults are resolved)
+  const char* doc;
+};
+
+// The process's settings (parsed from the environment on first call).
+const Settings& Get();
+
+// Parses settings from an arbitrary lookup function (for tests). Problems
+// (invalid values, unknown RDS_PRELOAD_* names) are appended to `problems`;
+// an invalid value keeps the default.
+Settings Parse(const std::function<std::optional<std::string>(const std::string&)>& lookup,
+               const std::vector<std::string>& all_env_names,
+               std::vector<std::string>* problems);
+
+// The schema with resolved defaults, in declaration order.
+std::vector<SettingInfo> Describe();
+
+}  // namespace rds::conf
+
+#endif  // RDS_CONF_SETTINGS_H_

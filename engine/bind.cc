@@ -1,0 +1,188 @@
+// engine/bind.cc — bind(2) and the process's bind table.
+#include "engine/bind.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/log.h"
+#include "engine/socket.h"
+#include "engine/usercopy.h"
+#include "engine/wire.h"
+
+namespace rds {
+namespace {
+
+struct BindKey {
+  NetNsKey ns;
+  RdsEndpoint local;
+  friend bool operator==(const BindKey&, const BindKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const BindKey& k) {
+    return H::combine(std::move(h), k.ns, k.local);
+  }
+};
+
+struct Table {
+  absl::Mutex mu;
+  absl::flat_hash_map<BindKey, std::weak_ptr<RdsSocket>> sockets ABSL_GUARDED_BY(mu);
+};
+
+Table* table_ptr = new Table();
+Table& table() { return *table_ptr; }
+
+// The address bind() asks for, validated as rds_bind does.
+absl::Status ParseBindAddress(const sockaddr* uaddr, socklen_t len, RdsEndpoint* out) {
+  sockaddr_storage ss;
+  if (absl::Status s = usercopy::SockaddrFromUser(uaddr, len, &ss); !s.ok()) return s;
+  if (len < sizeof(sa_family_t)) return RdsError(EINVAL);
+  if (ss.ss_family == AF_INET) {
+    if (len < sizeof(sockaddr_in)) return RdsError(EINVAL);
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(&ss);
+    if (IsV4AnyBroadcastOrMulticast(sin->sin_addr)) return RdsError(EINVAL);
+    *out = {RdsAddr::FromV4(sin->sin_addr), ntohs(sin->sin_port)};
+    return absl::OkStatus();
+  }
+  if (ss.ss_family == AF_INET6) {
+    if (len < sizeof(sockaddr_in6)) return RdsError(EINVAL);
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    const in6_addr& a = sin6->sin6_addr;
+    if (IsV6Mapped(a)) {
+      in_addr v4;
+      std::memcpy(&v4.s_addr, &a.s6_addr[12], 4);
+      if (IsV4AnyBroadcastOrMulticast(v4)) return RdsError(EINVAL);
+    } else if (!IsV6Unicast(a)) {
+      return RdsError(EINVAL);
+    }
+    if (IsV6LinkLocal(a) && sin6->sin6_scope_id == 0) return RdsError(EINVAL);
+    *out = {RdsAddr::FromV6(a, sin6->sin6_scope_id), ntohs(sin6->sin6_port)};
+    return absl::OkStatus();
+  }
+  return RdsError(EINVAL);
+}
+
+bool IsLoopbackAddress(const RdsAddr& a) {
+  if (a.IsV4Mapped()) return (ntohl(a.V4().s_addr) >> 24) == 127;
+  in6_addr v6 = a.V6();
+  return IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+// Takes a port in this process's table and the host registry.
+absl::Status TakePort(RdsSocket& rs, const RdsAddr& addr, uint16_t port)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table().mu) {
+  BindKey key{rs.ns->key(), {addr, port}};
+  if (auto it = table().sockets.find(key); it != table().sockets.end() && !it->second.expired()) {
+    return RdsError(EADDRINUSE);
+  }
+  if (absl::Status s = rs.ns->ports().Lock(addr, port); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
+  RdsEndpoint want;
+  if (absl::Status s = ParseBindAddress(uaddr, len, &want); !s.ok()) return s;
+
+  int transport;
+  {
+    absl::MutexLock lock(&rs.mu);
+    if (rs.released) return RdsError(EBADF);
+    if (rs.bound) return RdsError(EINVAL);
+    if (rs.connected && want.addr.IsLinkLocal() && rs.connected->addr.scope_id != 0 &&
+        rs.connected->addr.scope_id != want.addr.scope_id) {
+      return RdsError(EINVAL);
+    }
+    transport = rs.transport;
+  }
+
+  // Transport selection (rds_trans_get_preferred / laddr_check).
+  bool local = rs.ns->IsLocalAddress(want.addr);
+  if (transport != kTransNone) {
+    if (!local) return RdsError(ENOPROTOOPT);
+  } else if (IsLoopbackAddress(want.addr)) {
+    transport = kTransLoop;
+  } else if (local) {
+    transport = kTransTcp;
+  } else {
+    log::Info("bind to %s: not a local address of this network namespace", want.addr.ToString());
+    return RdsError(EADDRNOTAVAIL);
+  }
+  if (want.port == wire::kProbePort) return RdsError(EINVAL);
+
+  // Other processes must be able to reach this engine as soon as the port is
+  // visible in the registry.
+  if (absl::Status s = Engine::Get().Serve(rs.ns); !s.ok()) {
+    log::Warn("cannot serve network namespace: %s", s.ToString());
+  }
+
+  absl::MutexLock table_lock(&table().mu);
+  uint16_t port = want.port;
+  absl::Status taken;
+  if (port != 0) {
+    taken = TakePort(rs, want.addr, port);
+  } else {
+    thread_local absl::BitGen gen;
+    uint32_t start = std::max<uint32_t>(absl::Uniform<uint32_t>(gen, 0, 65536), 2);
+    taken = RdsError(EADDRINUSE);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      uint32_t candidate = (start + i) & 0xffff;
+      if (candidate < 2) continue;  // 0 is "any", 1 is the probe port
+      absl::Status s = TakePort(rs, want.addr, static_cast<uint16_t>(candidate));
+      if (s.ok()) {
+        port = static_cast<uint16_t>(candidate);
+        taken = s;
+        break;
+      }
+      if (ErrnoOf(s) != EADDRINUSE) {
+        taken = s;
+        break;
+      }
+    }
+  }
+  if (!taken.ok()) return taken;
+
+  absl::MutexLock lock(&rs.mu);
+  if (rs.released || rs.bound) {
+    rs.ns->ports().Unlock(want.addr, port);
+    return RdsError(rs.released ? EBADF : EINVAL);
+  }
+  rs.bound = RdsEndpoint{want.addr, port};
+  rs.transport = transport;
+  table().sockets[BindKey{rs.ns->key(), *rs.bound}] = rs.weak_from_this();
+  rs.ns->ports().BumpBindGeneration();
+  log::Debug("socket %016x bound to %s:%u", rs.id, want.addr.ToString(), port);
+  return absl::OkStatus();
+}
+
+void Unbind(RdsSocket& rs) {
+  std::optional<RdsEndpoint> bound;
+  {
+    absl::MutexLock lock(&rs.mu);
+    bound = rs.bound;
+  }
+  if (!bound) return;
+  absl::MutexLock table_lock(&table().mu);
+  table().sockets.erase(BindKey{rs.ns->key(), *bound});
+  rs.ns->ports().Unlock(bound->addr, bound->port);
+  rs.ns->ports().BumpBindGeneration();
+}
+
+std::shared_ptr<RdsSocket> FindBound(NetNsKey ns, const RdsEndpoint& local) {
+  absl::ReaderMutexLock lock(&table().mu);
+  auto it = table().sockets.find(BindKey{ns, local});
+  if (it == table().sockets.end()) return nullptr;
+  return it->second.lock();
+}
+
+bool IsBoundHere(NetNsKey ns, const RdsEndpoint& local) { return FindBound(ns, local) != nullptr; }
+
+void ResetBindTableAfterFork() { table_ptr = new Table(); }
+
+}  // namespace rds

@@ -1,0 +1,93 @@
+// engine/connection.h — connections and paths (kernel connection.c).
+//
+// A Connection is the kernel's rds_connection: (network namespace, local
+// address, foreign address). Its Paths are links to the engines that own
+// ports at the foreign address, one per peer engine (DESIGN.md §3.2).
+// Sequence numbers are per path, from 1 (kernel-rds.md §C.5). A Connection
+// also caches which engine owns each destination port (its routes) and holds
+// messages whose route is not known yet, in order.
+//
+// Thread-safety: engine thread only.
+#ifndef RDS_ENGINE_CONNECTION_H_
+#define RDS_ENGINE_CONNECTION_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "engine/addr.h"
+#include "engine/event_loop.h"
+#include "engine/message.h"
+#include "engine/netns.h"
+#include "transports/stream/stream_link.h"
+
+namespace rds {
+
+class Connection;
+
+struct ConnKey {
+  NetNsKey ns;
+  RdsAddr laddr;
+  RdsAddr faddr;
+  friend bool operator==(const ConnKey&, const ConnKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const ConnKey& k) {
+    return H::combine(std::move(h), k.ns, k.laddr, k.faddr);
+  }
+};
+
+class Path {
+ public:
+  Path(Connection& conn, uint32_t peer_pid) : conn(conn), peer_pid(peer_pid) {}
+
+  bool up() const { return link != nullptr; }
+
+  Connection& conn;
+  const uint32_t peer_pid;
+  uint32_t peer_gen = 0;
+  std::shared_ptr<StreamLink> link;        // established (hello exchanged)
+  std::shared_ptr<StreamLink> connecting;  // our outgoing attempt, until its reply
+  std::deque<MessagePtr> backlog;          // sequenced, waiting for a link
+  std::deque<MessagePtr> inflight;         // handed to the link, not yet written
+  uint64_t next_tx_seq = 1;
+  uint64_t next_rx_seq = 0;
+  absl::Duration backoff = absl::ZeroDuration();
+  EventLoop::TimerId retry_timer = 0;
+};
+
+class Connection {
+ public:
+  Connection(ConnKey key, std::shared_ptr<NetNs> ns, bool local)
+      : key(key), ns(std::move(ns)), local(local) {}
+
+  struct Route {
+    uint32_t pid = 0;      // owning engine; 0: nobody
+    uint64_t bindgen = 0;  // local routes: the bind generation it was read at
+  };
+
+  const ConnKey key;
+  const std::shared_ptr<NetNs> ns;
+  const bool local;  // faddr is an address of this host (namespace)
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Path>> paths;
+  absl::flat_hash_map<uint16_t, Route> routes;
+  absl::flat_hash_map<uint16_t, std::deque<MessagePtr>> unresolved;
+  absl::flat_hash_set<uint16_t> querying;       // route queries in flight
+  std::shared_ptr<StreamLink> query_link;       // a TCP route query in flight
+  uint16_t query_link_port = 0;
+  absl::Duration query_backoff = absl::ZeroDuration();
+  EventLoop::TimerId query_timer = 0;
+
+  Path* AnyUpPath() {
+    for (auto& [pid, p] : paths) {
+      if (p->up()) return p.get();
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_CONNECTION_H_

@@ -1,0 +1,176 @@
+// engine/control.cc — hello and control message bodies.
+#include "engine/control.h"
+
+#include <endian.h>
+
+#include <cstring>
+
+namespace rds::control {
+namespace {
+
+constexpr char kMagic[8] = {'R', 'D', 'S', 'P', 'R', 'E', 'L', 'D'};
+constexpr uint16_t kVersion = 1;
+
+// A tiny big-endian writer/reader for the fixed layouts below.
+class Writer {
+ public:
+  void U8(uint8_t v) { buf_.push_back(v); }
+  void U16(uint16_t v) { Raw(htobe16(v)); }
+  void U32(uint32_t v) { Raw(htobe32(v)); }
+  void U64(uint64_t v) { Raw(htobe64(v)); }
+  void Bytes(const void* p, size_t n) {
+    auto* b = static_cast<const uint8_t*>(p);
+    buf_.insert(buf_.end(), b, b + n);
+  }
+  void Addr(const RdsAddr& a) {
+    Bytes(a.bytes.data(), 16);
+    U32(a.scope_id);
+  }
+  const std::vector<uint8_t>& bytes() const { return buf_; }
+
+ private:
+  template <typename T>
+  void Raw(T v) {
+    Bytes(&v, sizeof(v));
+  }
+  std::vector<uint8_t> buf_;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  bool ok() const { return ok_; }
+  uint8_t U8() { return Take<uint8_t>(); }
+  uint16_t U16() { return be16toh(Take<uint16_t>()); }
+  uint32_t U32() { return be32toh(Take<uint32_t>()); }
+  uint64_t U64() { return be64toh(Take<uint64_t>()); }
+  void Bytes(void* out, size_t n) {
+    if (off_ + n > n_) {
+      ok_ = false;
+      std::memset(out, 0, n);
+      return;
+    }
+    std::memcpy(out, p_ + off_, n);
+    off_ += n;
+  }
+  RdsAddr Addr() {
+    RdsAddr a;
+    Bytes(a.bytes.data(), 16);
+    a.scope_id = U32();
+    return a;
+  }
+
+ private:
+  template <typename T>
+  T Take() {
+    T v;
+    Bytes(&v, sizeof(v));
+    return v;
+  }
+  const uint8_t* p_;
+  size_t n_;
+  size_t off_ = 0;
+  bool ok_ = true;
+};
+
+MessagePtr Finish(wire::Header header, const std::vector<uint8_t>& body) {
+  auto m = std::make_shared<Message>();
+  header.len = static_cast<uint32_t>(body.size());
+  m->header = header;
+  m->payload = Payload(body.data(), body.size());
+  return m;
+}
+
+}  // namespace
+
+bool IsHello(const wire::Header& h) {
+  return (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) &&
+         wire::ParseExtHeaders(h).shim_hello;
+}
+
+MessagePtr EncodeHello(const Hello& h) {
+  wire::Header header;
+  bool reply = h.kind == HelloKind::kReply;
+  header.sport = reply ? 0 : wire::kProbePort;
+  header.dport = reply ? wire::kProbePort : 0;
+  wire::ExtWriter ext(&header);
+  ext.Npaths(wire::kNpathsAdvertised);
+  ext.GenNum(h.gen);
+  ext.ShimHello();
+  Writer w;
+  w.Bytes(kMagic, sizeof(kMagic));
+  w.U16(kVersion);
+  w.U16(static_cast<uint16_t>(h.kind));
+  w.U16(static_cast<uint16_t>(h.result));
+  w.U32(h.pid);
+  w.U32(h.gen);
+  w.U32(h.uid);
+  w.U64(h.ns.dev);
+  w.U64(h.ns.ino);
+  w.Addr(h.from_addr);
+  w.Addr(h.to_addr);
+  w.U32(h.target_pid);
+  w.U16(h.query_port);
+  w.U32(h.answer_pid);
+  return Finish(header, w.bytes());
+}
+
+absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& payload) {
+  if (!IsHello(header)) return absl::InvalidArgumentError("not a shim hello");
+  Reader r(payload.data(), payload.size());
+  char magic[8];
+  r.Bytes(magic, sizeof(magic));
+  if (!r.ok() || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    return absl::InvalidArgumentError("bad hello magic");
+  }
+  uint16_t version = r.U16();
+  if (version != kVersion) return absl::InvalidArgumentError("unsupported hello version");
+  Hello h;
+  uint16_t kind = r.U16();
+  uint16_t result = r.U16();
+  if (kind < 1 || kind > 4 || result > 4) return absl::InvalidArgumentError("bad hello kind");
+  h.kind = static_cast<HelloKind>(kind);
+  h.result = static_cast<HelloResult>(result);
+  h.pid = r.U32();
+  h.gen = r.U32();
+  h.uid = r.U32();
+  h.ns.dev = r.U64();
+  h.ns.ino = r.U64();
+  h.from_addr = r.Addr();
+  h.to_addr = r.Addr();
+  h.target_pid = r.U32();
+  h.query_port = r.U16();
+  h.answer_pid = r.U32();
+  if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
+  return h;
+}
+
+MessagePtr EncodeControl(const Control& c) {
+  wire::Header header;
+  header.sport = wire::kProbePort;
+  header.dport = wire::kProbePort;
+  wire::ExtWriter ext(&header);
+  ext.ShimControl(static_cast<uint8_t>(c.op));
+  Writer w;
+  w.U32(c.query_id);
+  w.U16(c.port);
+  w.U32(c.owner_pid);
+  return Finish(header, w.bytes());
+}
+
+absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload) {
+  std::optional<uint8_t> op = wire::ParseExtHeaders(header).shim_control;
+  if (!wire::IsShimControl(header) || !op || *op < 1 || *op > 3) {
+    return absl::InvalidArgumentError("not a shim control message");
+  }
+  Reader r(payload.data(), payload.size());
+  Control c;
+  c.op = static_cast<Op>(*op);
+  c.query_id = r.U32();
+  c.port = r.U16();
+  c.owner_pid = r.U32();
+  if (!r.ok()) return absl::InvalidArgumentError("truncated control message");
+  return c;
+}
+
+}  // namespace rds::control

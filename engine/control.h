@@ -1,0 +1,79 @@
+// engine/control.h — the shim-to-shim extensions of the wire protocol
+// (DESIGN.md §3.1): hellos that open a link and control messages on it.
+//
+// Both travel as ordinary RDS messages (48-byte header + payload, encoded by
+// engine/wire). A hello is shaped as a kernel handshake ping (sport 1,
+// dport 0) or pong (sport 0, dport 1) carrying NPATHS and GEN_NUM, plus the
+// shim's extension type 0x20; its payload says who is speaking and what it
+// wants. Control messages go from port 1 to port 1 with extension 0x21 and an
+// opcode; a kernel would drop them, but they are only sent after a hello
+// proved the peer is a shim.
+//
+// Thread-safety: value types and pure functions.
+#ifndef RDS_ENGINE_CONTROL_H_
+#define RDS_ENGINE_CONTROL_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "engine/addr.h"
+#include "engine/message.h"
+#include "engine/registry.h"
+#include "engine/wire.h"
+
+namespace rds::control {
+
+enum class HelloKind : uint16_t {
+  kLink = 1,     // open a path to engine `target_pid`
+  kQuery = 2,    // who owns `query_port` at `to_addr`? (answered, then closed)
+  kReply = 3,    // answer to kLink or kQuery
+  kHandoff = 4,  // same-host: "take this accepted TCP connection" (+ SCM_RIGHTS)
+};
+
+enum class HelloResult : uint16_t {
+  kAccept = 0,           // link open
+  kRejectCollision = 1,  // both sides opened the same path; the other one wins
+  kNoEngine = 2,         // the target engine does not run on this host
+  kRefused = 3,          // malformed or not allowed
+  kAnswer = 4,           // reply to kQuery: answer_pid owns the port (0: nobody)
+};
+
+struct Hello {
+  HelloKind kind = HelloKind::kLink;
+  HelloResult result = HelloResult::kAccept;
+  uint32_t pid = 0;   // the sender's engine
+  uint32_t gen = 0;   // the sender's engine generation (GEN_NUM)
+  uint32_t uid = 0;
+  NetNsKey ns;        // same-host links and handoffs: the namespace of the addresses
+  RdsAddr from_addr;  // the initiator's local RDS address
+  RdsAddr to_addr;    // the initiator's destination RDS address
+  uint32_t target_pid = 0;
+  uint16_t query_port = 0;
+  uint32_t answer_pid = 0;
+};
+
+// A hello as a message ready for a link (header + payload).
+MessagePtr EncodeHello(const Hello& h);
+// Decodes a hello. Fails for anything that is not a well-formed shim hello.
+absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& payload);
+bool IsHello(const wire::Header& header);
+
+enum class Op : uint8_t {
+  kRouteQuery = 1,       // who owns `port` at your address?
+  kRouteReply = 2,       // `owner_pid` owns `port` (0: nobody)
+  kPortUnreachable = 3,  // a message to `port` found no socket here: re-resolve
+};
+
+struct Control {
+  Op op = Op::kRouteQuery;
+  uint32_t query_id = 0;
+  uint16_t port = 0;
+  uint32_t owner_pid = 0;
+};
+
+MessagePtr EncodeControl(const Control& c);
+absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload);
+
+}  // namespace rds::control
+
+#endif  // RDS_ENGINE_CONTROL_H_

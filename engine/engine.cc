@@ -1,0 +1,838 @@
+// engine/engine.cc — the engine thread: routing, links, hellos, delivery.
+#include "engine/engine.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "conf/settings.h"
+#include "engine/bind.h"
+#include "engine/errors.h"
+#include "engine/log.h"
+#include "engine/recv.h"
+#include "engine/registry.h"
+#include "engine/send.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+#include "engine/sys.h"
+#include "transports/tcp/tcp.h"
+#include "transports/unix/unix.h"
+
+namespace rds {
+namespace {
+
+absl::Mutex engine_mu(absl::kConstInit);
+std::atomic<Engine*> engine_ptr{nullptr};
+
+uint32_t RandomGen() {
+  absl::BitGen gen;
+  uint32_t g;
+  do {
+    g = absl::Uniform<uint32_t>(gen);
+  } while (g == 0);
+  return g;
+}
+
+bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEndpoint>& dest) {
+  if (m->sender.get() != rs) return false;
+  if (!dest) return true;
+  return m->daddr.bytes == dest->addr.bytes && m->header.dport == dest->port;
+}
+
+}  // namespace
+
+Engine& Engine::Get() {
+  Engine* e = engine_ptr.load(std::memory_order_acquire);
+  if (e != nullptr) return *e;
+  absl::MutexLock lock(&engine_mu);
+  e = engine_ptr.load(std::memory_order_relaxed);
+  if (e == nullptr) {
+    e = new Engine();
+    e->Start();
+    engine_ptr.store(e, std::memory_order_release);
+  }
+  return *e;
+}
+
+void Engine::ResetAfterFork() {
+  // The parent's engine object is abandoned (leaked): its thread does not
+  // exist here and its locks may be held by threads that do not exist here.
+  engine_ptr.store(nullptr, std::memory_order_release);
+}
+
+Engine::Engine() : pid_(static_cast<uint32_t>(getpid())), gen_(RandomGen()) {}
+
+void Engine::Start() {
+  // The engine thread must never run the application's signal handlers.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  thread_ = std::thread([this] { loop_.Run(); });
+  thread_.detach();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  log::Debug("engine started (pid %d, generation %08x)", pid_, gen_);
+}
+
+// ---------------------------------------------------------------------------
+// Serving: listeners.
+
+absl::Status Engine::Serve(const std::shared_ptr<NetNs>& ns) {
+  absl::MutexLock lock(&serve_mu_);
+  if (unix_listener_ < 0) {
+    HostRegistry& reg = HostRegistry::Get();
+    if (absl::Status s = HostRegistry::EnsureDir(reg.rundir()); !s.ok()) return s;
+    absl::StatusOr<int> fd = unix_link::Listen(reg.EngineSocketPath(pid_));
+    if (!fd.ok()) return fd.status();
+    unix_listener_ = *fd;
+    loop_.Post([this, fd = *fd] {
+      loop_.Add(fd, EPOLLIN, [this](uint32_t) { OnUnixAccept(); });
+    });
+  }
+  served_.try_emplace(ns->key(), ns);
+  if (tcp_listening_.contains(ns->key())) return absl::OkStatus();
+  tcp_listening_.insert(ns->key());  // one attempt per namespace
+  int fd = -1;
+  absl::Status s = ns->RunIn([&]() -> absl::Status {
+    absl::StatusOr<int> l = tcp::Listen(static_cast<uint16_t>(conf::Get().tcp_port));
+    if (!l.ok()) return l.status();
+    fd = *l;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  loop_.Post([this, ns, fd] {
+    loop_.Add(fd, EPOLLIN, [this, ns, fd](uint32_t) { OnTcpAccept(ns, fd); });
+  });
+  return absl::OkStatus();
+}
+
+std::shared_ptr<NetNs> Engine::ServedNetNs(const NetNsKey& key) {
+  absl::MutexLock lock(&serve_mu_);
+  auto it = served_.find(key);
+  return it == served_.end() ? nullptr : it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Sending.
+
+void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
+  loop_.Post([this, m = std::move(m), ns = std::move(ns)]() mutable {
+    RouteAndQueue(ns, std::move(m));
+  });
+}
+
+void Engine::DropMessage(const MessagePtr& m, int counter) {
+  stats::Inc(static_cast<stats::Counter>(counter));
+  ReleaseSendSpace(*m);
+}
+
+Connection& Engine::GetConnection(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr,
+                                  const RdsAddr& faddr) {
+  ConnKey key{ns->key(), laddr, faddr};
+  auto it = connections_.find(key);
+  if (it != connections_.end()) return *it->second;
+  bool local = ns->IsLocalAddress(faddr);
+  auto c = std::make_unique<Connection>(key, ns, local);
+  Connection& ref = *c;
+  connections_[key] = std::move(c);
+  log::Debug("connection %s -> %s (%s)", laddr.ToString(), faddr.ToString(),
+             local ? "same host" : "remote");
+  return ref;
+}
+
+Path& Engine::GetPath(Connection& c, uint32_t pid, bool connect) {
+  auto it = c.paths.find(pid);
+  if (it == c.paths.end()) it = c.paths.emplace(pid, std::make_unique<Path>(c, pid)).first;
+  Path& p = *it->second;
+  if (connect && !p.link && !p.connecting && p.retry_timer == 0) ConnectPath(p);
+  return p;
+}
+
+uint32_t Engine::LocalOwner(Connection& c, uint16_t port) {
+  uint64_t gen = c.ns->ports().BindGeneration();
+  auto it = c.routes.find(port);
+  if (it != c.routes.end() && it->second.bindgen == gen) return it->second.pid;
+  uint32_t pid = 0;
+  if (IsBoundHere(c.ns->key(), {c.key.faddr, port})) {
+    pid = pid_;
+  } else {
+    absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.faddr, port);
+    if (owner.ok()) pid = static_cast<uint32_t>(*owner);
+    else log::Warn("port owner lookup: %s", owner.status().ToString());
+  }
+  c.routes[port] = {pid, gen};
+  return pid;
+}
+
+void Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m) {
+  if (m->cancelled.load()) return;
+  Connection& c = GetConnection(ns, m->saddr, m->daddr);
+  uint16_t port = m->header.dport;
+  if (c.local) {
+    if (port == 0) {
+      DeliverLocally(c, std::move(m));
+      return;
+    }
+    uint32_t owner = LocalOwner(c, port);
+    if (owner == pid_) {
+      DeliverLocally(c, std::move(m));
+    } else if (owner == 0) {
+      DropMessage(m, stats::kShimSendDropNoRoute);
+    } else {
+      PathSend(GetPath(c, owner, true), std::move(m));
+    }
+    return;
+  }
+  if (port == 0) {
+    if (Path* p = c.AnyUpPath()) {
+      PathSend(*p, std::move(m));
+      return;
+    }
+  } else if (auto it = c.routes.find(port); it != c.routes.end() && c.unresolved[port].empty()) {
+    PathSend(GetPath(c, it->second.pid, true), std::move(m));
+    return;
+  }
+  c.unresolved[port].push_back(std::move(m));
+  Resolve(c, port);
+}
+
+// Same-process delivery: the kernel's loopback transport.
+void Engine::DeliverLocally(Connection& c, MessagePtr m) {
+  ReleaseSendSpace(*m);
+  const conf::Settings& cfg = conf::Get();
+  if (m->header.dport == 0) {
+    stats::Inc(stats::kRecvPing);
+    if (!cfg.ping_enable || m->header.sport == 0) return;
+    auto pong = std::make_shared<Message>();
+    pong->header.sport = 0;
+    pong->header.dport = m->header.sport;
+    pong->saddr = m->daddr;
+    pong->daddr = m->saddr;
+    stats::Inc(stats::kSendPong);
+    if (auto rs = FindBound(c.ns->key(), {m->saddr, m->header.sport})) Deliver(*rs, pong);
+    return;
+  }
+  if (auto rs = FindBound(c.ns->key(), {m->daddr, m->header.dport})) {
+    Deliver(*rs, std::move(m));
+  } else {
+    stats::Inc(stats::kRecvDropNoSock);
+  }
+}
+
+void Engine::PathSend(Path& p, MessagePtr m) {
+  if (m->cancelled.load()) return;
+  m->header.sequence = p.next_tx_seq++;
+  if (p.link) {
+    p.inflight.push_back(m);
+    p.link->Send(std::move(m));
+  } else {
+    p.backlog.push_back(std::move(m));
+    if (!p.connecting && p.retry_timer == 0) ConnectPath(p);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Paths: connecting, hello, up and down.
+
+void Engine::ConnectPath(Path& p) {
+  Connection& c = p.conn;
+  int fd = -1;
+  std::string desc;
+  if (c.local) {
+    std::string path = HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(p.peer_pid));
+    absl::StatusOr<int> r = unix_link::Connect(path);
+    if (!r.ok()) {
+      if (absl::IsNotFound(r.status())) {
+        DropPath(p, "peer engine is gone");
+      } else {
+        SchedulePathRetry(p);
+      }
+      return;
+    }
+    fd = *r;
+    desc = absl::StrFormat("unix %s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
+                           p.peer_pid);
+  } else {
+    absl::Status s = c.ns->RunIn([&]() -> absl::Status {
+      absl::StatusOr<int> r = tcp::Connect(c.key.laddr, c.key.faddr,
+                                           static_cast<uint16_t>(conf::Get().tcp_port));
+      if (!r.ok()) return r.status();
+      fd = *r;
+      return absl::OkStatus();
+    });
+    if (!s.ok()) {
+      log::Debug("connect %s: %s", c.key.faddr.ToString(), s.ToString());
+      SchedulePathRetry(p);
+      return;
+    }
+    desc = absl::StrFormat("tcp %s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
+                           p.peer_pid);
+  }
+  auto link = StreamLink::Create(loop_, fd, /*connecting=*/true, /*accept_fds=*/false, desc);
+  p.connecting = link;
+  Path* pp = &p;
+  std::weak_ptr<StreamLink> weak = link;
+  Link::Callbacks cb;
+  cb.on_connected = [this, pp, weak] {
+    auto l = weak.lock();
+    if (!l) return;
+    control::Hello h;
+    h.kind = control::HelloKind::kLink;
+    h.pid = pid_;
+    h.gen = gen_;
+    h.uid = getuid();
+    h.ns = pp->conn.key.ns;
+    h.from_addr = pp->conn.key.laddr;
+    h.to_addr = pp->conn.key.faddr;
+    h.target_pid = pp->peer_pid;
+    l->Send(control::EncodeHello(h));
+  };
+  cb.on_message = [this, pp, weak](wire::Header&& h, Payload&& payload) {
+    auto l = weak.lock();
+    if (!l) return;
+    absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
+    if (!hello.ok() || hello->kind != control::HelloKind::kReply) {
+      stats::Inc(stats::kShimConnDropBadInput);
+      l->Close();
+      pp->connecting.reset();
+      SchedulePathRetry(*pp);
+      return;
+    }
+    OnLinkReply(*pp, l, *hello);
+  };
+  cb.on_closed = [this, pp, weak](const absl::Status& why) {
+    auto l = weak.lock();
+    if (pp->connecting != l) return;
+    pp->connecting.reset();
+    log::Debug("connect attempt failed: %s", why.ToString());
+    SchedulePathRetry(*pp);
+  };
+  link->SetCallbacks(std::move(cb));
+}
+
+void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const control::Hello& h) {
+  if (p.connecting != link) {
+    link->Close();
+    return;
+  }
+  p.connecting.reset();
+  switch (h.result) {
+    case control::HelloResult::kAccept:
+      AttachLink(p, link, h.gen);
+      return;
+    case control::HelloResult::kRejectCollision:
+      // The peer's own link to us wins; it will arrive (or we retry later).
+      link->Close();
+      SchedulePathRetry(p);
+      return;
+    case control::HelloResult::kNoEngine:
+      link->Close();
+      DropPath(p, "peer engine is gone");
+      return;
+    default:
+      link->Close();
+      DropPath(p, "peer refused the link");
+      return;
+  }
+}
+
+void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen) {
+  if (p.link && p.link != link) {
+    // The peer opened a new link for a path we considered up: the old one is
+    // dead to it. Messages written on the old link but unread are lost until
+    // retransmission exists (issue 3).
+    p.link->Close();
+    p.inflight.clear();
+  }
+  if (p.retry_timer) {
+    loop_.Cancel(p.retry_timer);
+    p.retry_timer = 0;
+  }
+  p.link = link;
+  p.peer_gen = peer_gen;
+  p.backoff = absl::ZeroDuration();
+  Path* pp = &p;
+  std::weak_ptr<StreamLink> weak = link;
+  Link::Callbacks cb;
+  cb.on_message = [this, pp](wire::Header&& h, Payload&& payload) {
+    OnPathMessage(*pp, std::move(h), std::move(payload));
+  };
+  cb.on_sent = [pp](const MessagePtr& m) {
+    while (!pp->inflight.empty()) {
+      MessagePtr front = std::move(pp->inflight.front());
+      pp->inflight.pop_front();
+      if (front == m) break;
+    }
+    ReleaseSendSpace(*m);
+  };
+  cb.on_closed = [this, pp, weak](const absl::Status& why) {
+    if (pp->link != weak.lock()) return;
+    OnPathDown(*pp, why);
+  };
+  link->SetCallbacks(std::move(cb));
+  log::Debug("path up: %s", link->Describe());
+  std::deque<MessagePtr> backlog;
+  backlog.swap(p.backlog);
+  for (MessagePtr& m : backlog) {
+    if (m->cancelled.load()) continue;
+    p.inflight.push_back(m);
+    link->Send(std::move(m));
+  }
+  ResolvePending(p.conn);
+}
+
+void Engine::OnPathDown(Path& p, const absl::Status& why) {
+  log::Info("path to pid %d (%s) down: %s", p.peer_pid, p.conn.key.faddr.ToString(),
+            why.ToString());
+  stats::Inc(stats::kConnReset);
+  p.link.reset();
+  // Without RDS-level acknowledgements (issue 3) the messages handed to the
+  // dead link cannot be known delivered; their send space is returned.
+  for (MessagePtr& m : p.inflight) ReleaseSendSpace(*m);
+  p.inflight.clear();
+  if (!p.backlog.empty()) SchedulePathRetry(p);
+}
+
+void Engine::SchedulePathRetry(Path& p) {
+  if (p.retry_timer || p.link || p.connecting) return;
+  const conf::Settings& cfg = conf::Get();
+  absl::Duration delay;
+  if (p.backoff == absl::ZeroDuration()) {
+    delay = absl::ZeroDuration();  // the first retry is immediate (rds_queue_reconnect)
+    p.backoff = absl::Milliseconds(std::max<int64_t>(cfg.reconnect_min_delay_ms, 1));
+  } else {
+    thread_local absl::BitGen gen;
+    delay = absl::Milliseconds(
+        absl::Uniform<int64_t>(gen, 0, std::max<int64_t>(absl::ToInt64Milliseconds(p.backoff), 1)));
+    p.backoff = std::min(p.backoff * 2, absl::Milliseconds(cfg.reconnect_max_delay_ms));
+  }
+  Path* pp = &p;
+  p.retry_timer = loop_.After(delay, [this, pp] {
+    pp->retry_timer = 0;
+    if (!pp->link && !pp->connecting) ConnectPath(*pp);
+  });
+}
+
+void Engine::DropPath(Path& p, const char* why) {
+  log::Info("dropping path to pid %d (%s): %s", p.peer_pid, p.conn.key.faddr.ToString(), why);
+  Connection& c = p.conn;
+  for (MessagePtr& m : p.backlog) DropMessage(m, stats::kShimSendDropNoRoute);
+  for (MessagePtr& m : p.inflight) ReleaseSendSpace(*m);
+  p.backlog.clear();
+  p.inflight.clear();
+  if (p.retry_timer) loop_.Cancel(p.retry_timer);
+  if (p.link) p.link->Close();
+  if (p.connecting) p.connecting->Close();
+  for (auto it = c.routes.begin(); it != c.routes.end();) {
+    if (it->second.pid == p.peer_pid) {
+      c.routes.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  auto it = c.paths.find(p.peer_pid);
+  if (it != c.paths.end()) Bury(std::move(it->second));
+  c.paths.erase(p.peer_pid);
+}
+
+void Engine::Bury(std::unique_ptr<Path> p) {
+  graveyard_.push_back(std::move(p));
+  loop_.Post([this] { graveyard_.clear(); });
+}
+
+// ---------------------------------------------------------------------------
+// Receiving on a path.
+
+void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
+  Connection& c = p.conn;
+  if (control::IsHello(h)) return;  // a stray hello on an open link is ignored
+  if (wire::IsShimControl(h)) {
+    absl::StatusOr<control::Control> ctl = control::DecodeControl(h, payload);
+    if (ctl.ok()) OnPathControl(p, *ctl);
+    return;
+  }
+  if (wire::IsCongMap(h)) {
+    stats::Inc(stats::kCongUpdateReceived);
+    return;  // congestion maps are issue 4's
+  }
+  if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) return;
+  p.next_rx_seq = h.sequence + 1;
+  if (h.dport == 0) {
+    stats::Inc(stats::kRecvPing);
+    if (!conf::Get().ping_enable || h.sport == 0) return;
+    auto pong = std::make_shared<Message>();
+    pong->header.sport = 0;
+    pong->header.dport = h.sport;
+    pong->saddr = c.key.laddr;
+    pong->daddr = c.key.faddr;
+    stats::Inc(stats::kSendPong);
+    PathSend(p, std::move(pong));
+    return;
+  }
+  std::shared_ptr<RdsSocket> rs = FindBound(c.ns->key(), {c.key.laddr, h.dport});
+  if (!rs) {
+    stats::Inc(stats::kRecvDropNoSock);
+    control::Control notice;
+    notice.op = control::Op::kPortUnreachable;
+    notice.port = h.dport;
+    PathSend(p, control::EncodeControl(notice));
+    return;
+  }
+  auto m = std::make_shared<Message>();
+  m->header = h;
+  m->payload = std::move(payload);
+  m->saddr = c.key.faddr;
+  m->daddr = c.key.laddr;
+  Deliver(*rs, std::move(m));
+}
+
+void Engine::OnPathControl(Path& p, const control::Control& ctl) {
+  Connection& c = p.conn;
+  switch (ctl.op) {
+    case control::Op::kRouteQuery: {
+      control::Control reply;
+      reply.op = control::Op::kRouteReply;
+      reply.query_id = ctl.query_id;
+      reply.port = ctl.port;
+      reply.owner_pid = AnswerRouteQuery(c.ns, c.key.laddr, ctl.port);
+      PathSend(p, control::EncodeControl(reply));
+      return;
+    }
+    case control::Op::kRouteReply:
+      OnRouteAnswer(c, ctl.port, ctl.owner_pid);
+      return;
+    case control::Op::kPortUnreachable:
+      c.routes.erase(ctl.port);
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Route resolution for remote destinations.
+
+uint32_t Engine::AnswerRouteQuery(const std::shared_ptr<NetNs>& ns, const RdsAddr& addr,
+                                  uint16_t port) {
+  stats::Inc(stats::kShimRouteQueries);
+  if (port == 0 || IsBoundHere(ns->key(), {addr, port})) return pid_;
+  absl::StatusOr<pid_t> owner = ns->ports().Owner(addr, port);
+  return owner.ok() ? static_cast<uint32_t>(*owner) : 0;
+}
+
+void Engine::Resolve(Connection& c, uint16_t port) {
+  if (c.querying.contains(port)) return;
+  if (Path* p = c.AnyUpPath()) {
+    c.querying.insert(port);
+    control::Control q;
+    q.op = control::Op::kRouteQuery;
+    q.query_id = next_query_id_++;
+    q.port = port;
+    PathSend(*p, control::EncodeControl(q));
+    return;
+  }
+  if (c.query_link || c.query_timer) return;  // one discovery connection at a time
+  StartQueryLink(c, port);
+}
+
+void Engine::StartQueryLink(Connection& c, uint16_t port) {
+  int fd = -1;
+  absl::Status s = c.ns->RunIn([&]() -> absl::Status {
+    absl::StatusOr<int> r =
+        tcp::Connect(c.key.laddr, c.key.faddr, static_cast<uint16_t>(conf::Get().tcp_port));
+    if (!r.ok()) return r.status();
+    fd = *r;
+    return absl::OkStatus();
+  });
+  Connection* cp = &c;
+  auto retry = [this, cp] {
+    const conf::Settings& cfg = conf::Get();
+    thread_local absl::BitGen gen;
+    cp->query_backoff =
+        std::clamp(cp->query_backoff * 2, absl::Milliseconds(std::max<int64_t>(cfg.reconnect_min_delay_ms, 1)),
+                   absl::Milliseconds(cfg.reconnect_max_delay_ms));
+    absl::Duration delay = absl::Milliseconds(absl::Uniform<int64_t>(
+        gen, 0, std::max<int64_t>(absl::ToInt64Milliseconds(cp->query_backoff), 1)));
+    cp->query_timer = loop_.After(delay, [this, cp] {
+      cp->query_timer = 0;
+      ResolvePending(*cp);
+    });
+  };
+  if (!s.ok()) {
+    log::Debug("route query to %s: %s", c.key.faddr.ToString(), s.ToString());
+    retry();
+    return;
+  }
+  auto link = StreamLink::Create(
+      loop_, fd, true, false,
+      absl::StrFormat("query %s->%s:%d", c.key.laddr.ToString(), c.key.faddr.ToString(), port));
+  c.query_link = link;
+  c.query_link_port = port;
+  std::weak_ptr<StreamLink> weak = link;
+  Link::Callbacks cb;
+  cb.on_connected = [this, cp, weak, port] {
+    auto l = weak.lock();
+    if (!l) return;
+    control::Hello h;
+    h.kind = control::HelloKind::kQuery;
+    h.pid = pid_;
+    h.gen = gen_;
+    h.uid = getuid();
+    h.from_addr = cp->key.laddr;
+    h.to_addr = cp->key.faddr;
+    h.query_port = port;
+    l->Send(control::EncodeHello(h));
+  };
+  cb.on_message = [this, cp, weak, port](wire::Header&& h, Payload&& payload) {
+    auto l = weak.lock();
+    if (!l || cp->query_link != l) return;
+    absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
+    cp->query_link.reset();
+    l->Close();
+    if (!hello.ok() || hello->kind != control::HelloKind::kReply ||
+        hello->result != control::HelloResult::kAnswer) {
+      stats::Inc(stats::kShimConnDropBadInput);
+      ResolvePending(*cp);
+      return;
+    }
+    cp->query_backoff = absl::ZeroDuration();
+    OnRouteAnswer(*cp, port, hello->answer_pid);
+    ResolvePending(*cp);
+  };
+  cb.on_closed = [cp, weak, retry](const absl::Status& why) {
+    auto l = weak.lock();
+    if (cp->query_link != l) return;
+    cp->query_link.reset();
+    log::Debug("route query failed: %s", why.ToString());
+    retry();
+  };
+  link->SetCallbacks(std::move(cb));
+}
+
+void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
+  c.querying.erase(port);
+  auto it = c.unresolved.find(port);
+  std::deque<MessagePtr> waiting;
+  if (it != c.unresolved.end()) {
+    waiting.swap(it->second);
+    c.unresolved.erase(it);
+  }
+  if (pid == 0) {
+    // Nobody has the port bound there: the kernel drops such messages at the
+    // destination; so do we, without caching the answer.
+    for (MessagePtr& m : waiting) DropMessage(m, stats::kShimSendDropNoRoute);
+    return;
+  }
+  if (port != 0) c.routes[port] = {pid, 0};
+  Path& p = GetPath(c, pid, true);
+  for (MessagePtr& m : waiting) PathSend(p, std::move(m));
+}
+
+void Engine::ResolvePending(Connection& c) {
+  std::vector<uint16_t> ports;
+  for (auto& [port, q] : c.unresolved) {
+    if (!q.empty() && !c.querying.contains(port)) ports.push_back(port);
+  }
+  for (uint16_t port : ports) {
+    if (port == 0) {
+      if (Path* p = c.AnyUpPath()) {
+        OnRouteAnswer(c, 0, p->peer_pid);
+        continue;
+      }
+    }
+    Resolve(c, port);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Accepting links.
+
+void Engine::OnUnixAccept() {
+  int listener;
+  {
+    absl::MutexLock lock(&serve_mu_);
+    listener = unix_listener_;
+  }
+  for (;;) {
+    int fd = unix_link::Accept(listener);
+    if (fd < 0) return;
+    absl::StatusOr<uid_t> uid = unix_link::PeerUid(fd);
+    if (!uid.ok() || *uid != getuid()) {
+      log::Warn("refusing a same-host link from uid %d", uid.ok() ? static_cast<int>(*uid) : -1);
+      sys::CloseInternal(fd);
+      continue;
+    }
+    stats::Inc(stats::kShimConnAccepted);
+    WatchIncoming(StreamLink::Create(loop_, fd, false, /*accept_fds=*/true, "unix incoming"),
+                  nullptr);
+  }
+}
+
+void Engine::OnTcpAccept(const std::shared_ptr<NetNs>& ns, int listen_fd) {
+  for (;;) {
+    RdsEndpoint peer, local;
+    int fd = tcp::Accept(listen_fd, &peer, &local);
+    if (fd < 0) return;
+    stats::Inc(stats::kShimConnAccepted);
+    WatchIncoming(StreamLink::Create(loop_, fd, false, false,
+                                     absl::StrFormat("tcp incoming from %s:%d",
+                                                     peer.addr.ToString(), peer.port)),
+                  ns);
+  }
+}
+
+void Engine::WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<NetNs> tcp_ns) {
+  incoming_.insert(link);
+  std::weak_ptr<StreamLink> weak = link;
+  Link::Callbacks cb;
+  cb.on_message = [this, weak, tcp_ns](wire::Header&& h, Payload&& payload) {
+    auto l = weak.lock();
+    if (!l) return;
+    OnIncomingHello(l, tcp_ns, std::move(h), std::move(payload));
+  };
+  cb.on_closed = [this, weak](const absl::Status&) {
+    if (auto l = weak.lock()) incoming_.erase(l);
+  };
+  link->SetCallbacks(std::move(cb));
+}
+
+void Engine::Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
+                   uint32_t answer_pid, bool close_after) {
+  control::Hello r;
+  r.kind = control::HelloKind::kReply;
+  r.result = result;
+  r.pid = pid_;
+  r.gen = gen_;
+  r.uid = getuid();
+  r.answer_pid = answer_pid;
+  link->Send(control::EncodeHello(r));
+  if (close_after) {
+    incoming_.erase(link);
+    link->CloseAfterFlush();
+  }
+}
+
+void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
+                             const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h,
+                             Payload&& payload) {
+  if (!incoming_.contains(link)) return;  // already handled; more bytes before our reply
+  absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
+  if (!hello.ok()) {
+    stats::Inc(stats::kShimConnDropBadInput);
+    log::Info("%s: not a shim hello (%s); closing", link->Describe(), hello.status().message());
+    incoming_.erase(link);
+    link->Close();
+    return;
+  }
+  switch (hello->kind) {
+    case control::HelloKind::kHandoff: {
+      int fd = link->TakeReceivedFd();
+      incoming_.erase(link);
+      link->Close();
+      std::shared_ptr<NetNs> ns = tcp_ns ? nullptr : ServedNetNs(hello->ns);
+      if (fd < 0 || !ns) {
+        if (fd >= 0) sys::CloseInternal(fd);
+        return;
+      }
+      stats::Inc(stats::kShimHandoffs);
+      auto tcp_link = StreamLink::Create(loop_, fd, false, false, "tcp handed over");
+      incoming_.insert(tcp_link);
+      control::Hello as_link = *hello;
+      as_link.kind = control::HelloKind::kLink;
+      AcceptLink(tcp_link, ns, as_link);
+      return;
+    }
+    case control::HelloKind::kQuery: {
+      if (!tcp_ns) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      Reply(link, control::HelloResult::kAnswer,
+            AnswerRouteQuery(tcp_ns, hello->to_addr, hello->query_port), true);
+      return;
+    }
+    case control::HelloKind::kLink: {
+      std::shared_ptr<NetNs> ns = tcp_ns ? tcp_ns : ServedNetNs(hello->ns);
+      if (!ns) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      if (hello->target_pid != pid_) {
+        if (!tcp_ns) {
+          Reply(link, control::HelloResult::kRefused, 0, true);
+          return;
+        }
+        // Hand the connection to the engine it is for (same host).
+        control::Hello handoff = *hello;
+        handoff.kind = control::HelloKind::kHandoff;
+        handoff.ns = ns->key();
+        absl::Status s = unix_link::HandOff(
+            HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(hello->target_pid)),
+            control::EncodeHello(handoff), link->fd());
+        if (s.ok()) {
+          incoming_.erase(link);
+          link->Close();
+        } else {
+          Reply(link, control::HelloResult::kNoEngine, 0, true);
+        }
+        return;
+      }
+      AcceptLink(link, ns, *hello);
+      return;
+    }
+    default:
+      stats::Inc(stats::kShimConnDropBadInput);
+      incoming_.erase(link);
+      link->Close();
+      return;
+  }
+}
+
+void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shared_ptr<NetNs>& ns,
+                        const control::Hello& h) {
+  Connection& c = GetConnection(ns, h.to_addr, h.from_addr);
+  Path& p = GetPath(c, h.pid, /*connect=*/false);
+  if (p.connecting) {
+    // Both sides opened this path: the link opened by the smaller
+    // (address, pid) survives; data has flowed on neither.
+    bool ours_wins = std::tie(c.key.laddr, pid_) < std::tie(c.key.faddr, h.pid);
+    if (ours_wins) {
+      Reply(link, control::HelloResult::kRejectCollision, 0, true);
+      return;
+    }
+    p.connecting->Close();
+    p.connecting.reset();
+  }
+  incoming_.erase(link);
+  Reply(link, control::HelloResult::kAccept, 0, false);
+  AttachLink(p, link, h.gen);
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation.
+
+void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest) {
+  absl::Notification done;
+  loop_.Post([this, rs, dest, &done] {
+    auto cancel = [&](std::deque<MessagePtr>& q) {
+      for (MessagePtr& m : q) {
+        if (Matches(m, rs.get(), dest) && !m->cancelled.exchange(true)) {
+          DropMessage(m, stats::kShimSendDropCancelled);
+        }
+      }
+    };
+    for (auto& [key, c] : connections_) {
+      for (auto& [port, q] : c->unresolved) cancel(q);
+      for (auto& [pid, p] : c->paths) {
+        cancel(p->backlog);
+        cancel(p->inflight);
+      }
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
+}  // namespace rds

@@ -1,0 +1,117 @@
+// engine/engine.h — the per-process RDS engine (one thread).
+//
+// Started by the first AF_RDS call. Owns every transport fd, timer,
+// connection, path and route of the process (DESIGN.md §2). Application
+// threads hand it messages with Submit(); it routes them (same process:
+// delivered in place; another process on this host: a Unix link; another
+// host: TCP), transmits them, accepts links from other engines, and delivers
+// what arrives into the sockets' receive queues.
+//
+// Thread-safety: Get(), Serve(), Submit() and CancelSentTo() are safe from
+// any thread; everything else runs on the engine thread.
+#ifndef RDS_ENGINE_ENGINE_H_
+#define RDS_ENGINE_ENGINE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/addr.h"
+#include "engine/connection.h"
+#include "engine/control.h"
+#include "engine/event_loop.h"
+#include "engine/message.h"
+#include "engine/netns.h"
+
+namespace rds {
+
+class RdsSocket;
+
+class Engine {
+ public:
+  // The process's engine, started on first call.
+  static Engine& Get();
+  // In a fork child: forget the parent's engine (it has no thread here).
+  static void ResetAfterFork();
+
+  // Makes this engine reachable for sockets in `ns`: its Unix listener and
+  // the namespace's TCP rendezvous listener. Synchronous.
+  absl::Status Serve(const std::shared_ptr<NetNs>& ns);
+
+  // Routes and transmits a message admitted by sendmsg.
+  void Submit(MessagePtr m, std::shared_ptr<NetNs> ns);
+
+  // Drops `rs`'s queued messages to `dest` (every destination if nullopt),
+  // freeing their send space: RDS_CANCEL_SENT_TO and close. Waits until done.
+  void CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest);
+
+  uint32_t pid() const { return pid_; }
+  uint32_t gen() const { return gen_; }
+
+ private:
+  Engine();
+  void Start();
+
+  // Engine thread.
+  Connection& GetConnection(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr,
+                            const RdsAddr& faddr);
+  Path& GetPath(Connection& c, uint32_t pid, bool connect);
+  void RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m);
+  uint32_t LocalOwner(Connection& c, uint16_t port);
+  void DeliverLocally(Connection& c, MessagePtr m);
+  void PathSend(Path& p, MessagePtr m);
+  void ConnectPath(Path& p);
+  void OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const control::Hello& h);
+  void AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen);
+  void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);
+  void OnPathControl(Path& p, const control::Control& ctl);
+  void OnPathDown(Path& p, const absl::Status& why);
+  void SchedulePathRetry(Path& p);
+  void DropPath(Path& p, const char* why);
+  void Resolve(Connection& c, uint16_t port);
+  void StartQueryLink(Connection& c, uint16_t port);
+  void OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid);
+  void ResolvePending(Connection& c);
+  uint32_t AnswerRouteQuery(const std::shared_ptr<NetNs>& ns, const RdsAddr& addr, uint16_t port);
+  void DropMessage(const MessagePtr& m, int counter);
+
+  void OnUnixAccept();
+  void OnTcpAccept(const std::shared_ptr<NetNs>& ns, int listen_fd);
+  void WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<NetNs> tcp_ns);
+  void OnIncomingHello(const std::shared_ptr<StreamLink>& link,
+                       const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h, Payload&& payload);
+  void AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shared_ptr<NetNs>& ns,
+                  const control::Hello& h);
+  void Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
+             uint32_t answer_pid, bool close_after);
+  std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
+  void Bury(std::unique_ptr<Path> p);
+
+  const uint32_t pid_;
+  const uint32_t gen_;
+  EventLoop loop_;
+  std::thread thread_;
+
+  absl::Mutex serve_mu_;
+  int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;
+  absl::flat_hash_map<NetNsKey, std::shared_ptr<NetNs>> served_ ABSL_GUARDED_BY(serve_mu_);
+  absl::flat_hash_set<NetNsKey> tcp_listening_ ABSL_GUARDED_BY(serve_mu_);
+
+  // Engine thread only.
+  absl::flat_hash_map<ConnKey, std::unique_ptr<Connection>> connections_;
+  absl::flat_hash_set<std::shared_ptr<StreamLink>> incoming_;
+  std::vector<std::unique_ptr<Path>> graveyard_;
+  uint32_t next_query_id_ = 1;
+};
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_ENGINE_H_

@@ -1,0 +1,51 @@
+// engine/log.cc — log output through raw system calls.
+#include "engine/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "conf/settings.h"
+#include "engine/sys.h"
+
+namespace rds::log {
+namespace {
+
+constexpr const char* kNames[] = {"", "error", "warn", "info", "debug", "trace"};
+
+int OutputFd() {
+  // The fd is resolved once; -1 means "not yet".
+  static std::atomic<int> fd{-1};
+  int f = fd.load(std::memory_order_acquire);
+  if (f >= 0) return f;
+  const std::string& path = conf::Get().log_file;
+  int chosen = 2;
+  if (!path.empty()) {
+    std::string p = absl::StrReplaceAll(path, {{"%p", std::to_string(getpid())}});
+    int opened = sys::Open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (opened >= 0) chosen = sys::MakeInternal(opened);
+  }
+  int expected = -1;
+  if (!fd.compare_exchange_strong(expected, chosen) && chosen != 2) {
+    sys::CloseInternal(chosen);
+    return expected;
+  }
+  return chosen;
+}
+
+}  // namespace
+
+bool Enabled(Level level) {
+  return static_cast<int64_t>(level) <= conf::Get().log_level;
+}
+
+void Emit(Level level, std::string_view text) {
+  std::string line =
+      absl::StrCat("rds-preload[", getpid(), "] ", kNames[static_cast<int>(level)], ": ", text, "\n");
+  sys::WriteAll(OutputFd(), line.data(), line.size());
+}
+
+}  // namespace rds::log

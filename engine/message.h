@@ -1,0 +1,63 @@
+// engine/message.h — one RDS message, on its way out or on its way in.
+//
+// A Message is created by sendmsg (or by the engine for pongs and control
+// traffic), travels through a path's send queue to a transport, and on the
+// receiving side sits in a socket's receive queue until recvmsg takes it.
+// Payload bytes are owned by the message and never copied between queues.
+//
+// Thread-safety: a Message is built by one thread and then only read, except
+// `cancelled`, which any thread may set (close, RDS_CANCEL_SENT_TO).
+#ifndef RDS_ENGINE_MESSAGE_H_
+#define RDS_ENGINE_MESSAGE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "absl/time/time.h"
+#include "engine/addr.h"
+#include "engine/wire.h"
+
+namespace rds {
+
+class RdsSocket;
+
+// Payload bytes: an uninitialised heap buffer of exact size (no memset for
+// 1 MiB messages).
+class Payload {
+ public:
+  Payload() = default;
+  explicit Payload(size_t size)
+      : data_(size ? new uint8_t[size] : nullptr), size_(size) {}
+  Payload(const void* src, size_t size) : Payload(size) {
+    if (size) std::memcpy(data_.get(), src, size);
+  }
+  uint8_t* data() { return data_.get(); }
+  const uint8_t* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0;
+};
+
+struct Message {
+  wire::Header header;  // sport, dport, len, flags, exthdr; sequence set by the path
+  Payload payload;
+  RdsAddr saddr;        // source address (the sending socket's bound address)
+  RdsAddr daddr;        // destination address
+  // Sending side: the socket whose send buffer this message occupies (null for
+  // engine-generated messages). Released when the message leaves the queues.
+  std::shared_ptr<RdsSocket> sender;
+  std::atomic<bool> cancelled{false};
+  // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).
+  absl::Time received_at;
+};
+
+using MessagePtr = std::shared_ptr<Message>;
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_MESSAGE_H_

@@ -1,0 +1,49 @@
+// engine/readiness.h — the RDS fd itself: its identity and its kernel readiness.
+//
+// The fd an application holds for an RDS socket is an AF_UNIX SOCK_DGRAM
+// socket bound to the abstract name "\0rds-preload/v1/<id as 16 hex digits>"
+// (DESIGN.md §2.1). The name identifies it in any process that receives it;
+// the socket carries its network namespace (SIOCGSKNS).
+//
+// While a socket is registered in an epoll set, the engine keeps "readiness
+// tokens" (1-byte datagrams) queued on that fd exactly while the RDS socket is
+// readable, plus one per arriving message so edge-triggered epoll sees an
+// edge per arrival (DESIGN.md §2.3).
+//
+// Thread-safety: safe for concurrent use.
+#ifndef RDS_ENGINE_READINESS_H_
+#define RDS_ENGINE_READINESS_H_
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+
+namespace rds {
+
+class NetNs;
+
+// Creates the backing fd for a new RDS socket with the given SOCK_NONBLOCK /
+// SOCK_CLOEXEC flags, bound to the name of a fresh random id.
+struct BackingFd {
+  int fd;
+  uint64_t id;
+};
+absl::StatusOr<BackingFd> CreateBackingFd(int flags);
+
+// The id of an RDS backing fd, or nullopt if `fd` is not one.
+std::optional<uint64_t> RecognizeBackingFd(int fd);
+
+// Queues one readiness token on socket `id`'s fd (through `ns`, where the
+// name lives). Returns false if the fd's queue is full (it is readable anyway).
+bool PostReadinessToken(NetNs& ns, uint64_t id);
+
+// Removes every queued token from `fd`. Returns how many were removed.
+int DrainReadinessTokens(int fd);
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_READINESS_H_

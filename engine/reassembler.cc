@@ -1,0 +1,65 @@
+// engine/reassembler.cc — byte stream to messages.
+#include "engine/reassembler.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rds {
+
+absl::Status Reassembler::Feed(absl::Span<const uint8_t> bytes, const Sink& sink) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    if (!in_payload_) {
+      size_t take = std::min(wire::kHeaderSize - header_have_, bytes.size() - off);
+      std::memcpy(header_buf_ + header_have_, bytes.data() + off, take);
+      header_have_ += take;
+      off += take;
+      if (header_have_ < wire::kHeaderSize) break;
+      header_ = wire::Decode(header_buf_);
+      if (absl::Status s = wire::ValidateLength(header_); !s.ok()) return s;
+      header_have_ = 0;
+      in_payload_ = true;
+      payload_ = Payload(header_.len);
+      payload_have_ = 0;
+      FinishIfComplete(sink);
+      continue;
+    }
+    size_t take = std::min(payload_.size() - payload_have_, bytes.size() - off);
+    std::memcpy(payload_.data() + payload_have_, bytes.data() + off, take);
+    payload_have_ += take;
+    off += take;
+    FinishIfComplete(sink);
+  }
+  return absl::OkStatus();
+}
+
+absl::Span<uint8_t> Reassembler::DirectTarget(size_t min_size) {
+  if (!in_payload_) return {};
+  size_t missing = payload_.size() - payload_have_;
+  if (missing < min_size) return {};
+  return {payload_.data() + payload_have_, missing};
+}
+
+void Reassembler::CommitDirect(size_t n, const Sink& sink) {
+  payload_have_ += n;
+  FinishIfComplete(sink);
+}
+
+void Reassembler::FinishIfComplete(const Sink& sink) {
+  if (!in_payload_ || payload_have_ < payload_.size()) return;
+  in_payload_ = false;
+  wire::Header h = header_;
+  Payload p = std::move(payload_);
+  payload_ = Payload();
+  payload_have_ = 0;
+  sink(std::move(h), std::move(p));
+}
+
+void Reassembler::Reset() {
+  header_have_ = 0;
+  in_payload_ = false;
+  payload_ = Payload();
+  payload_have_ = 0;
+}
+
+}  // namespace rds

@@ -1,0 +1,199 @@
+// engine/recv.cc — delivery into sockets and recvmsg(2).
+#include "engine/recv.h"
+
+#include <linux/rds.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "engine/errors.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+#include "engine/usercopy.h"
+#include "engine/waiter.h"
+
+namespace rds {
+namespace {
+
+// Appends one control message as the kernel's put_cmsg does: a control
+// buffer too small for it sets MSG_CTRUNC and copies what fits.
+class CmsgWriter {
+ public:
+  explicit CmsgWriter(msghdr& msg) : msg_(&msg), base_(static_cast<uint8_t*>(msg.msg_control)) {}
+
+  absl::Status Put(int level, int type, const void* data, size_t len) {
+    size_t room = msg_->msg_controllen - used_;
+    if (msg_->msg_control == nullptr || room < sizeof(cmsghdr)) {
+      msg_->msg_flags |= MSG_CTRUNC;
+      return absl::OkStatus();
+    }
+    size_t cmlen = CMSG_LEN(len);
+    if (room < cmlen) {
+      msg_->msg_flags |= MSG_CTRUNC;
+      cmlen = room;
+    }
+    std::vector<uint8_t> buf(cmlen, 0);
+    auto* h = reinterpret_cast<cmsghdr*>(buf.data());
+    h->cmsg_level = level;
+    h->cmsg_type = type;
+    h->cmsg_len = CMSG_LEN(len);
+    std::memcpy(buf.data() + sizeof(cmsghdr), data, cmlen - sizeof(cmsghdr));
+    if (absl::Status s = usercopy::ToUser(base_ + used_, buf.data(), cmlen); !s.ok()) return s;
+    used_ += std::min(CMSG_SPACE(len), room);
+    return absl::OkStatus();
+  }
+  size_t used() const { return used_; }
+
+ private:
+  msghdr* msg_;
+  uint8_t* base_;
+  size_t used_ = 0;
+};
+
+absl::Status PutTimestamp(CmsgWriter& cm, RdsSocket::Timestamp kind, absl::Time at) {
+  if (kind == RdsSocket::Timestamp::kOld) {
+    timeval tv = absl::ToTimeval(at);
+    return cm.Put(SOL_SOCKET, SO_TIMESTAMP_OLD, &tv, sizeof(tv));
+  }
+  struct {
+    int64_t sec;
+    int64_t usec;
+  } tv64 = {absl::ToUnixSeconds(at), absl::ToInt64Microseconds(at - absl::FromUnixSeconds(absl::ToUnixSeconds(at)))};
+  return cm.Put(SOL_SOCKET, SO_TIMESTAMP_NEW, &tv64, sizeof(tv64));
+}
+
+}  // namespace
+
+void Deliver(RdsSocket& rs, MessagePtr m) {
+  absl::MutexLock lock(&rs.mu);
+  if (rs.released) {
+    stats::Inc(stats::kRecvDropDeadSock);
+    return;
+  }
+  if (rs.timestamp != RdsSocket::Timestamp::kOff) m->received_at = absl::Now();
+  rs.rcv_bytes += m->payload.size();
+  stats::Add(stats::kRecvBytesAddedToSock, m->payload.size());
+  stats::Inc(stats::kRecvQueued);
+  rs.recv_queue.push_back(std::move(m));
+  rs.NotifyLocked(/*arrival=*/true);
+}
+
+absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
+  const int user_namelen = static_cast<int>(msg.msg_namelen);
+  msg.msg_flags = flags & MSG_CMSG_CLOEXEC;
+  msg.msg_namelen = 0;
+  if (flags & MSG_OOB) {
+    msg.msg_controllen = 0;
+    return 0;
+  }
+  if (msg.msg_iovlen > IOV_MAX) return RdsError(EMSGSIZE);
+  std::vector<iovec> iov(msg.msg_iovlen);
+  if (!iov.empty()) {
+    if (absl::Status s = usercopy::FromUser(iov.data(), msg.msg_iov, iov.size() * sizeof(iovec));
+        !s.ok()) {
+      return s;
+    }
+  }
+  size_t room = 0;
+  for (const iovec& v : iov) room += v.iov_len;
+
+  CmsgWriter cmsg(msg);
+  Waiter* waiter = nullptr;
+  std::optional<absl::Time> deadline;
+  for (;;) {
+    MessagePtr m;
+    RdsSocket::Timestamp ts_kind;
+    std::optional<RdsEndpoint> bound;
+    {
+      absl::MutexLock lock(&rs.mu);
+      if (waiter) {
+        rs.RemoveWaiterLocked(waiter);
+        waiter = nullptr;
+      }
+      if (rs.released) return RdsError(EBADF);
+      if (rs.cong_monitor && rs.cong_notify != 0) {
+        uint64_t notify = rs.cong_notify;
+        if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_CONG_UPDATE, &notify, sizeof(notify));
+            !s.ok()) {
+          return s;
+        }
+        rs.cong_notify = 0;  // consumed even without a control buffer (§A.5)
+        rs.DrainTokensLocked(fd);
+        msg.msg_controllen = cmsg.used();
+        return 0;
+      }
+      if (!rs.recv_queue.empty()) {
+        m = rs.recv_queue.front();
+        ts_kind = rs.timestamp;
+        bound = rs.bound;
+      } else {
+        if (rs.nonblocking || (flags & MSG_DONTWAIT)) return RdsError(EAGAIN);
+        if (!deadline && rs.rcvtimeo != absl::InfiniteDuration()) {
+          deadline = absl::Now() + rs.rcvtimeo;
+        }
+        waiter = &Waiter::ForThisThread();
+        rs.AddWaiterLocked(waiter);
+      }
+    }
+    if (waiter) {
+      absl::Status slept = waiter->Sleep(deadline);
+      if (!slept.ok()) {
+        absl::MutexLock lock(&rs.mu);
+        rs.RemoveWaiterLocked(waiter);
+        if (rs.released) return RdsError(EBADF);
+        if (rs.recv_queue.empty()) return slept;
+        waiter = nullptr;  // a message raced the timeout or signal: take it
+      }
+      continue;
+    }
+
+    // Copy out, then dequeue (a failed copy leaves the message queued).
+    size_t len = m->payload.size();
+    size_t n = std::min(len, room);
+    if (absl::Status s = usercopy::ToUserIov(iov.data(), iov.size(), m->payload.data(), n);
+        !s.ok()) {
+      return s;
+    }
+    stats::Add(stats::kCopyToUser, n);
+    if (len > room) msg.msg_flags |= MSG_TRUNC;
+    if (msg.msg_name != nullptr) {
+      sockaddr_storage ss;
+      RdsAddr src = m->saddr;
+      if (!src.IsV4Mapped() && bound) src.scope_id = bound->addr.scope_id;
+      socklen_t klen = ToSockaddr(src, m->header.sport, &ss);
+      size_t copy = std::min<size_t>(std::max(user_namelen, 0), klen);
+      if (copy > 0) {
+        if (absl::Status s = usercopy::ToUser(msg.msg_name, &ss, copy); !s.ok()) return s;
+      }
+      msg.msg_namelen = klen;
+    }
+    if (ts_kind != RdsSocket::Timestamp::kOff && m->received_at != absl::Time()) {
+      if (absl::Status s = PutTimestamp(cmsg, ts_kind, m->received_at); !s.ok()) return s;
+    }
+    msg.msg_controllen = cmsg.used();
+    if (!(flags & MSG_PEEK)) {
+      absl::MutexLock lock(&rs.mu);
+      if (!rs.recv_queue.empty() && rs.recv_queue.front() == m) {
+        rs.recv_queue.pop_front();
+        rs.rcv_bytes -= len;
+        stats::Add(stats::kRecvBytesFreedFromSock, len);
+        stats::Inc(stats::kRecvDelivered);
+        rs.DrainTokensLocked(fd);
+      } else {
+        // Another reader took this message while we copied it: the kernel's
+        // rds_still_queued fails and the loop retries with the next one.
+        stats::Inc(stats::kRecvDeliverRaced);
+        msg.msg_flags = flags & MSG_CMSG_CLOEXEC;
+        msg.msg_namelen = 0;
+        cmsg = CmsgWriter(msg);
+        continue;
+      }
+    }
+    return (flags & MSG_TRUNC) ? len : n;
+  }
+}
+
+}  // namespace rds

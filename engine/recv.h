@@ -1,0 +1,31 @@
+// engine/recv.h — the receive path (kernel recv.c): delivery of an incoming
+// message into a socket's queue, and recvmsg(2).
+//
+// Thread-safety: safe for concurrent use.
+#ifndef RDS_ENGINE_RECV_H_
+#define RDS_ENGINE_RECV_H_
+
+#include <sys/socket.h>
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+#include "engine/message.h"
+
+namespace rds {
+
+class RdsSocket;
+
+// Queues an arrived message on the destination socket (rds_recv_incoming's
+// final step). Drops it (counted) if the socket has been closed.
+void Deliver(RdsSocket& rs, MessagePtr m);
+
+// recvmsg(2) (kernel-rds.md §A.5). `msg` is our copy of the caller's msghdr;
+// its buffers are application memory. On return, msg.msg_namelen,
+// msg.msg_controllen and msg.msg_flags hold what the kernel would write back.
+// `fd` is the fd the call was made on (readiness tokens are drained there).
+absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags);
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_RECV_H_

@@ -1,0 +1,185 @@
+// engine/registry.cc — port, socket and engine registry on the filesystem.
+#include "engine/registry.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "conf/settings.h"
+#include "engine/errors.h"
+#include "engine/log.h"
+#include "engine/sys.h"
+
+namespace rds {
+namespace {
+
+// Socket ids are random 64-bit values; lock offsets must be non-negative.
+off_t SocketOffset(uint64_t id) { return static_cast<off_t>(id & 0x3fffffffffffffffULL); }
+
+int SetLock(int fd, short type, off_t offset) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  return sys::FcntlLock(fd, F_SETLK, &fl);
+}
+
+// Pid of another process's lock on `offset`, 0 if none, -1 on error.
+pid_t LockHolder(int fd, off_t offset) {
+  struct flock fl = {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  if (sys::FcntlLock(fd, F_GETLK, &fl) != 0) return -1;
+  if (fl.l_type == F_UNLCK) return 0;
+  // A holder in another pid namespace is reported as 0; it still holds it.
+  return fl.l_pid > 0 ? fl.l_pid : -2;
+}
+
+int OpenShared(const std::string& path) {
+  int fd = sys::Open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return fd;
+  fchmod(fd, 0666);  // another user's engines must be able to lock ports too
+  return sys::MakeInternal(fd);
+}
+
+std::string AddrFileName(const RdsAddr& a) {
+  std::string hex;
+  for (uint8_t b : a.bytes) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+  return absl::StrCat("ports.", hex, ".", a.scope_id);
+}
+
+}  // namespace
+
+absl::Status HostRegistry::EnsureDir(const std::string& path) {
+  if (mkdir(path.c_str(), 01777) == 0) {
+    chmod(path.c_str(), 01777);  // mkdir applies the umask
+    return absl::OkStatus();
+  }
+  if (errno == EEXIST) return absl::OkStatus();
+  if (errno == ENOENT) {
+    size_t slash = path.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) {
+      if (absl::Status s = EnsureDir(path.substr(0, slash)); !s.ok()) return s;
+      return EnsureDir(path);
+    }
+  }
+  return absl::InternalError(absl::StrFormat("cannot create %s: %s", path, strerror(errno)));
+}
+
+HostRegistry& HostRegistry::Get() {
+  static HostRegistry* r = new HostRegistry(conf::Get().rundir);
+  return *r;
+}
+
+HostRegistry::HostRegistry(std::string rundir) : rundir_(std::move(rundir)) {}
+
+std::string HostRegistry::EngineSocketPath(pid_t pid) const {
+  return absl::StrCat(rundir_, "/engine-", pid, ".sock");
+}
+
+int HostRegistry::SocketsFd() {
+  absl::MutexLock lock(&mu_);
+  if (sockets_fd_ < 0) {
+    if (EnsureDir(rundir_).ok()) sockets_fd_ = OpenShared(rundir_ + "/sockets.lock");
+  }
+  return sockets_fd_;
+}
+
+absl::Status HostRegistry::ClaimSocket(uint64_t id) {
+  int fd = SocketsFd();
+  if (fd < 0) return absl::InternalError("socket registry unavailable");
+  if (SetLock(fd, F_WRLCK, SocketOffset(id)) != 0) {
+    return absl::FailedPreconditionError("socket is owned by another process");
+  }
+  return absl::OkStatus();
+}
+
+void HostRegistry::ReleaseSocket(uint64_t id) {
+  int fd = SocketsFd();
+  if (fd >= 0) SetLock(fd, F_UNLCK, SocketOffset(id));
+}
+
+pid_t HostRegistry::SocketOwner(uint64_t id) {
+  int fd = SocketsFd();
+  if (fd < 0) return 0;
+  pid_t p = LockHolder(fd, SocketOffset(id));
+  return p == -2 ? 1 : (p < 0 ? 0 : p);
+}
+
+absl::StatusOr<std::unique_ptr<PortRegistry>> PortRegistry::Open(const std::string& rundir,
+                                                                 NetNsKey key) {
+  std::string dir = absl::StrCat(rundir, "/ns-", key.dev, "-", key.ino);
+  if (absl::Status s = HostRegistry::EnsureDir(dir); !s.ok()) return s;
+  int gen_fd = OpenShared(dir + "/bindgen");
+  if (gen_fd < 0) {
+    return absl::InternalError(absl::StrFormat("cannot open %s/bindgen: %s", dir, strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(gen_fd, &st) == 0 && st.st_size < static_cast<off_t>(sizeof(uint64_t))) {
+    if (ftruncate(gen_fd, sizeof(uint64_t)) != 0) {
+      sys::CloseInternal(gen_fd);
+      return absl::InternalError("cannot size bindgen");
+    }
+  }
+  void* map = mmap(nullptr, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, gen_fd, 0);
+  if (map == MAP_FAILED) {
+    sys::CloseInternal(gen_fd);
+    return absl::InternalError("cannot map bindgen");
+  }
+  return std::unique_ptr<PortRegistry>(
+      new PortRegistry(std::move(dir), gen_fd, static_cast<std::atomic<uint64_t>*>(map)));
+}
+
+PortRegistry::PortRegistry(std::string dir, int gen_fd, std::atomic<uint64_t>* gen)
+    : dir_(std::move(dir)), gen_fd_(gen_fd), gen_(gen) {}
+
+PortRegistry::~PortRegistry() {
+  munmap(gen_, sizeof(uint64_t));
+  sys::CloseInternal(gen_fd_);
+  for (auto& [addr, fd] : ports_fds_) sys::CloseInternal(fd);
+}
+
+absl::StatusOr<int> PortRegistry::PortsFd(const RdsAddr& addr) {
+  absl::MutexLock lock(&mu_);
+  auto it = ports_fds_.find(addr);
+  if (it != ports_fds_.end()) return it->second;
+  int fd = OpenShared(absl::StrCat(dir_, "/", AddrFileName(addr)));
+  if (fd < 0) {
+    return absl::InternalError(absl::StrFormat("cannot open port registry in %s: %s", dir_,
+                                               strerror(errno)));
+  }
+  ports_fds_[addr] = fd;
+  return fd;
+}
+
+absl::Status PortRegistry::Lock(const RdsAddr& addr, uint16_t port) {
+  absl::StatusOr<int> fd = PortsFd(addr);
+  if (!fd.ok()) return fd.status();
+  if (SetLock(*fd, F_WRLCK, port) == 0) return absl::OkStatus();
+  if (errno == EAGAIN || errno == EACCES) return RdsError(EADDRINUSE);
+  return absl::InternalError(absl::StrFormat("port lock: %s", strerror(errno)));
+}
+
+void PortRegistry::Unlock(const RdsAddr& addr, uint16_t port) {
+  absl::StatusOr<int> fd = PortsFd(addr);
+  if (fd.ok()) SetLock(*fd, F_UNLCK, port);
+}
+
+absl::StatusOr<pid_t> PortRegistry::Owner(const RdsAddr& addr, uint16_t port) {
+  absl::StatusOr<int> fd = PortsFd(addr);
+  if (!fd.ok()) return fd.status();
+  pid_t p = LockHolder(*fd, port);
+  if (p == -1) return absl::InternalError(absl::StrFormat("F_GETLK: %s", strerror(errno)));
+  if (p == -2) return absl::UnavailableError("port held by a process in another pid namespace");
+  return p;
+}
+
+}  // namespace rds

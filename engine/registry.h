@@ -1,0 +1,100 @@
+// engine/registry.h — the host registry: one RDS port space per network
+// namespace, shared by every process using the shim.
+//
+// Kernel RDS has one bind table per netns; a user-space RDS has one engine per
+// process, so the table is kept in files under RDS_PRELOAD_RUNDIR with POSIX
+// record locks (kernel-rds.md §A.2 rules; DESIGN.md §4):
+//   ns-<dev>-<ino>/ports.<address>   byte p locked by the process bound to port p
+//   ns-<dev>-<ino>/bindgen           a shared counter bumped by every bind/unbind
+//   sockets.lock                      byte <id> locked by the process owning socket <id>
+//   engine-<pid>.sock                 each engine's Unix listener
+// A lock dies with its process (crash-safe), F_GETLK names the holder, and
+// POSIX locks are not inherited by fork. Locks never conflict within one
+// process, so callers check their own process's tables first.
+//
+// Thread-safety: safe for concurrent use.
+#ifndef RDS_ENGINE_REGISTRY_H_
+#define RDS_ENGINE_REGISTRY_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/addr.h"
+
+namespace rds {
+
+// Identity of a network namespace (the st_dev/st_ino of its nsfs inode).
+struct NetNsKey {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  friend bool operator==(const NetNsKey&, const NetNsKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const NetNsKey& k) {
+    return H::combine(std::move(h), k.dev, k.ino);
+  }
+};
+
+// Host-wide paths and socket ownership.
+class HostRegistry {
+ public:
+  // The process-wide instance, rooted at the configured run directory.
+  static HostRegistry& Get();
+
+  const std::string& rundir() const { return rundir_; }
+  std::string EngineSocketPath(pid_t pid) const;
+
+  // Socket ownership (DESIGN.md §2.4).
+  absl::Status ClaimSocket(uint64_t id);      // EBUSY-like failure if another process owns it
+  void ReleaseSocket(uint64_t id);
+  pid_t SocketOwner(uint64_t id);             // 0 if unowned or owned by this process
+
+  // Ensures a directory exists (mode 1777 for shared directories).
+  static absl::Status EnsureDir(const std::string& path);
+
+ private:
+  explicit HostRegistry(std::string rundir);
+  std::string rundir_;
+  int sockets_fd_ = -1;  // sockets.lock; opened on first use
+  absl::Mutex mu_;
+  int SocketsFd();
+};
+
+// The port space of one network namespace.
+class PortRegistry {
+ public:
+  static absl::StatusOr<std::unique_ptr<PortRegistry>> Open(const std::string& rundir,
+                                                             NetNsKey key);
+  ~PortRegistry();
+
+  // Takes (addr, port) for this process. EADDRINUSE if another process has it.
+  absl::Status Lock(const RdsAddr& addr, uint16_t port);
+  void Unlock(const RdsAddr& addr, uint16_t port);
+  // The pid holding (addr, port), 0 if none (own locks are invisible).
+  absl::StatusOr<pid_t> Owner(const RdsAddr& addr, uint16_t port);
+
+  uint64_t BindGeneration() const { return gen_->load(std::memory_order_acquire); }
+  void BumpBindGeneration() { gen_->fetch_add(1, std::memory_order_acq_rel); }
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  PortRegistry(std::string dir, int gen_fd, std::atomic<uint64_t>* gen);
+  absl::StatusOr<int> PortsFd(const RdsAddr& addr);
+
+  std::string dir_;
+  int gen_fd_;
+  std::atomic<uint64_t>* gen_;  // mmap'd, shared with every process in the netns
+  absl::Mutex mu_;
+  absl::flat_hash_map<RdsAddr, int> ports_fds_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_REGISTRY_H_

@@ -1,0 +1,132 @@
+// engine/socket.h — an RDS socket (the kernel's struct rds_sock) and the
+// calls that act on the socket as a whole: creation, connect, getsockname /
+// getpeername, poll, ioctl, close.
+//
+// bind, sendmsg, recvmsg and socket options live in bind.h, send.h, recv.h
+// and sockopt.h, as in Linux net/rds.
+//
+// An RdsSocket is shared (shared_ptr) by every fd referring to it in this
+// process and by calls in flight; `released` marks a socket whose last fd was
+// closed. All mutable state is guarded by `mu`. The engine thread and
+// application threads both take `mu`, never for longer than a queue operation
+// (no system call that can block is made while holding it).
+//
+// Thread-safety: safe for concurrent use through `mu`.
+#ifndef RDS_ENGINE_SOCKET_H_
+#define RDS_ENGINE_SOCKET_H_
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/addr.h"
+#include "engine/message.h"
+#include "engine/netns.h"
+
+namespace rds {
+
+class Waiter;
+
+// Transport identifiers as SO_RDS_TRANSPORT reports them.
+inline constexpr int kTransNone = ~0;
+inline constexpr int kTransIb = 0;
+inline constexpr int kTransTcp = 2;
+inline constexpr int kTransLoop = 3;  // kernel-internal RDS_TRANS_LOOP, shown for 127.x binds
+
+class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
+ public:
+  RdsSocket(uint64_t id, std::shared_ptr<NetNs> ns, bool nonblocking);
+
+  const uint64_t id;
+  const std::shared_ptr<NetNs> ns;
+
+  mutable absl::Mutex mu;
+  bool released ABSL_GUARDED_BY(mu) = false;
+  bool nonblocking ABSL_GUARDED_BY(mu);
+  std::optional<RdsEndpoint> bound ABSL_GUARDED_BY(mu);
+  std::optional<RdsEndpoint> connected ABSL_GUARDED_BY(mu);
+  int transport ABSL_GUARDED_BY(mu) = kTransNone;
+  // SO_SNDBUF/SO_RCVBUF as the kernel stores them (twice the requested value);
+  // RDS uses half (rds_sk_sndbuf / rds_sk_rcvbuf).
+  int sk_sndbuf ABSL_GUARDED_BY(mu) = 0;
+  int sk_rcvbuf ABSL_GUARDED_BY(mu) = 0;
+  absl::Duration sndtimeo ABSL_GUARDED_BY(mu) = absl::InfiniteDuration();
+  absl::Duration rcvtimeo ABSL_GUARDED_BY(mu) = absl::InfiniteDuration();
+  bool recverr ABSL_GUARDED_BY(mu) = false;
+  bool cong_monitor ABSL_GUARDED_BY(mu) = false;
+  uint64_t cong_mask ABSL_GUARDED_BY(mu) = 0;
+  uint64_t cong_notify ABSL_GUARDED_BY(mu) = 0;
+  enum class Timestamp { kOff, kOld, kNew };
+  Timestamp timestamp ABSL_GUARDED_BY(mu) = Timestamp::kOff;
+  uint8_t rx_trace_count ABSL_GUARDED_BY(mu) = 0;
+  uint8_t rx_trace_pos[3] ABSL_GUARDED_BY(mu) = {};
+  uint8_t tos ABSL_GUARDED_BY(mu) = 0;
+  bool zerocopy ABSL_GUARDED_BY(mu) = false;  // SO_ZEROCOPY
+  uint64_t inode = 0;  // the backing fd's inode (RDS_INFO_SOCKETS inum); set at creation
+  bool has_sent ABSL_GUARDED_BY(mu) = false;  // kernel: rs_conn cached
+
+  std::deque<MessagePtr> recv_queue ABSL_GUARDED_BY(mu);
+  size_t rcv_bytes ABSL_GUARDED_BY(mu) = 0;
+  size_t snd_bytes ABSL_GUARDED_BY(mu) = 0;
+
+  std::vector<Waiter*> waiters ABSL_GUARDED_BY(mu);
+  bool epoll_watched ABSL_GUARDED_BY(mu) = false;
+  int tokens ABSL_GUARDED_BY(mu) = 0;  // readiness tokens queued on the fd
+
+  int RdsSndbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_sndbuf / 2; }
+  int RdsRcvbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_rcvbuf / 2; }
+  bool Readable() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return !recv_queue.empty() || cong_notify != 0;
+  }
+
+  // Wakes every waiter and, for an epoll-watched socket, raises readiness.
+  // `arrival` is true when a new message or notification was queued.
+  void NotifyLocked(bool arrival) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Wakes every waiter (state they wait for may have changed).
+  void WakeWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void AddWaiterLocked(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RemoveWaiterLocked(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Called by the reader that emptied the queue: removes readiness tokens.
+  void DrainTokensLocked(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+};
+
+// Creates the RDS state for a new backing fd (socket() or adoption). `fd` is
+// used to read the kernel's default buffer sizes.
+absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared_ptr<NetNs> ns,
+                                                        int fd, bool nonblocking);
+
+// Every socket of this process that is not released, in the given namespace.
+std::vector<std::shared_ptr<RdsSocket>> LiveSockets(NetNsKey ns);
+// Forgets every socket (fork child).
+void ResetSocketListAfterFork();
+
+// connect(2): records the default destination (kernel-rds.md §A.3).
+absl::Status Connect(RdsSocket& rs, const sockaddr* addr, socklen_t len);
+
+// getsockname(2)/getpeername(2) (§A.8b): fills `out` and returns its length.
+absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* out);
+
+// The rds_poll mask (§A.6) for the given requested events.
+short PollMask(RdsSocket& rs);
+
+// ioctl(2) on an RDS socket (§A.9). `arg` is the application pointer.
+absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* arg);
+
+// The socket's last fd was closed: the RDS close of §A.10.
+void Release(RdsSocket& rs);
+
+// Marks a socket epoll-watched (readiness tokens from now on) and raises
+// readiness if it is readable. `fd` is the fd being registered.
+void WatchWithEpoll(RdsSocket& rs, int fd);
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_SOCKET_H_

@@ -1,0 +1,74 @@
+// engine/stats.h — the engine's counters: the kernel's RDS_INFO_COUNTERS
+// names (net/rds/stats.c, in its order) followed by the shim's own.
+//
+// Thread-safety: Inc/Add/Get are safe for concurrent use (relaxed atomics).
+#ifndef RDS_ENGINE_STATS_H_
+#define RDS_ENGINE_STATS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rds::stats {
+
+enum Counter : int {
+  // Kernel counters (stats.c order).
+  kConnReset,
+  kRecvDropBadChecksum,
+  kRecvDropOldSeq,
+  kRecvDropNoSock,
+  kRecvDropDeadSock,
+  kRecvDeliverRaced,
+  kRecvDelivered,
+  kRecvQueued,
+  kRecvImmediateRetry,
+  kRecvDelayedRetry,
+  kRecvAckRequired,
+  kRecvRdmaBytes,
+  kRecvPing,
+  kSendQueueEmpty,
+  kSendQueueFull,
+  kSendLockContention,
+  kSendLockQueueRaced,
+  kSendImmediateRetry,
+  kSendDelayedRetry,
+  kSendDropAcked,
+  kSendAckRequired,
+  kSendQueued,
+  kSendRdma,
+  kSendRdmaBytes,
+  kSendPong,
+  kPageRemainderHit,
+  kPageRemainderMiss,
+  kCopyToUser,
+  kCopyFromUser,
+  kCongUpdateQueued,
+  kCongUpdateReceived,
+  kCongSendError,
+  kCongSendBlocked,
+  kRecvBytesAddedToSock,
+  kRecvBytesFreedFromSock,
+  kSendStuckRm,
+  kNumKernelCounters,
+  // The shim's own.
+  kShimSocketsCreated = kNumKernelCounters,
+  kShimConnDropBadInput,     // a peer sent bytes that are not valid RDS framing
+  kShimConnAccepted,
+  kShimConnConnected,
+  kShimConnFailed,
+  kShimHandoffs,             // TCP connections handed to the owning engine
+  kShimRouteQueries,
+  kShimSendDropNoRoute,      // messages to a port nobody has bound
+  kShimSendDropCancelled,    // queued messages dropped because their socket closed
+  kNumCounters,
+};
+
+// The RDS_INFO_COUNTERS name (at most 31 characters).
+const char* Name(Counter c);
+
+void Add(Counter c, uint64_t n);
+inline void Inc(Counter c) { Add(c, 1); }
+uint64_t Get(Counter c);
+
+}  // namespace rds::stats
+
+#endif  // RDS_ENGINE_STATS_H_

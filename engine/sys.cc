@@ -1,0 +1,162 @@
+// engine/sys.cc — raw system calls and the internal-fd registry.
+#include "engine/sys.h"
+
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+namespace rds::sys {
+namespace {
+
+// One bit per fd below kMaxTracked: lock-free membership test for the close()
+// wrapper's hot path. The array lives in .bss: pages are touched only where
+// internal fds actually are.
+constexpr int kMaxTracked = 1 << 20;
+std::atomic<uint64_t> internal_bits[kMaxTracked / 64];
+
+int HighFloor() {
+  static const int floor = [] {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    rlim_t soft = rl.rlim_cur;
+    if (soft == RLIM_INFINITY || soft > static_cast<rlim_t>(kMaxTracked)) soft = kMaxTracked;
+    if (soft < 64) return 0;
+    return static_cast<int>(soft > 512 ? soft - soft / 4 : soft / 2);
+  }();
+  return floor;
+}
+
+void SetBit(int fd, bool on) {
+  if (fd < 0 || fd >= kMaxTracked) return;
+  uint64_t bit = uint64_t{1} << (fd & 63);
+  if (on) {
+    internal_bits[fd >> 6].fetch_or(bit, std::memory_order_release);
+  } else {
+    internal_bits[fd >> 6].fetch_and(~bit, std::memory_order_release);
+  }
+}
+
+}  // namespace
+
+ssize_t Read(int fd, void* buf, size_t n) { return syscall(SYS_read, fd, buf, n); }
+ssize_t Write(int fd, const void* buf, size_t n) { return syscall(SYS_write, fd, buf, n); }
+
+bool WriteAll(int fd, const void* buf, size_t n) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t r = Write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+ssize_t Readv(int fd, const struct iovec* iov, int n) { return syscall(SYS_readv, fd, iov, n); }
+ssize_t Writev(int fd, const struct iovec* iov, int n) { return syscall(SYS_writev, fd, iov, n); }
+int Close(int fd) { return static_cast<int>(syscall(SYS_close, fd)); }
+int Socket(int domain, int type, int protocol) {
+  return static_cast<int>(syscall(SYS_socket, domain, type, protocol));
+}
+int Bind(int fd, const struct sockaddr* addr, socklen_t len) {
+  return static_cast<int>(syscall(SYS_bind, fd, addr, len));
+}
+int Connect(int fd, const struct sockaddr* addr, socklen_t len) {
+  return static_cast<int>(syscall(SYS_connect, fd, addr, len));
+}
+int Listen(int fd, int backlog) { return static_cast<int>(syscall(SYS_listen, fd, backlog)); }
+int Accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
+  return static_cast<int>(syscall(SYS_accept4, fd, addr, len, flags));
+}
+int Getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
+  return static_cast<int>(syscall(SYS_getsockname, fd, addr, len));
+}
+int Getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
+  return static_cast<int>(syscall(SYS_getpeername, fd, addr, len));
+}
+int Setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
+  return static_cast<int>(syscall(SYS_setsockopt, fd, level, name, val, len));
+}
+int Getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
+  return static_cast<int>(syscall(SYS_getsockopt, fd, level, name, val, len));
+}
+ssize_t Sendmsg(int fd, const struct msghdr* msg, int flags) {
+  return syscall(SYS_sendmsg, fd, msg, flags);
+}
+ssize_t Recvmsg(int fd, struct msghdr* msg, int flags) {
+  return syscall(SYS_recvmsg, fd, msg, flags);
+}
+ssize_t Sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to,
+               socklen_t len) {
+  return syscall(SYS_sendto, fd, buf, n, flags, to, len);
+}
+ssize_t Recv(int fd, void* buf, size_t n, int flags) {
+  return syscall(SYS_recvfrom, fd, buf, n, flags, nullptr, nullptr);
+}
+int Fcntl(int fd, int cmd, long arg) { return static_cast<int>(syscall(SYS_fcntl, fd, cmd, arg)); }
+int FcntlLock(int fd, int cmd, struct flock* lock) {
+  return static_cast<int>(syscall(SYS_fcntl, fd, cmd, lock));
+}
+int Ioctl(int fd, unsigned long request, void* arg) {
+  return static_cast<int>(syscall(SYS_ioctl, fd, request, arg));
+}
+int Poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
+  return static_cast<int>(syscall(SYS_poll, fds, n, timeout_ms));
+}
+int Open(const char* path, int flags, mode_t mode) {
+  return static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
+}
+int EpollWait(int epfd, struct epoll_event* events, int max, int timeout_ms) {
+  return static_cast<int>(syscall(SYS_epoll_wait, epfd, events, max, timeout_ms));
+}
+int EventFd(unsigned int initval, int flags) {
+  return static_cast<int>(syscall(SYS_eventfd2, initval, flags));
+}
+int Setns(int fd, int nstype) { return static_cast<int>(syscall(SYS_setns, fd, nstype)); }
+
+int MakeInternal(int fd) {
+  if (fd < 0) return fd;
+  int floor = HighFloor();
+  int moved = fd;
+  if (floor > 0 && fd < floor) {
+    int high = Fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (high >= 0) {
+      Close(fd);
+      moved = high;
+    }
+  }
+  SetBit(moved, true);
+  return moved;
+}
+
+int CloseInternal(int fd) {
+  SetBit(fd, false);
+  return Close(fd);
+}
+
+bool IsInternal(int fd) {
+  if (fd < 0 || fd >= kMaxTracked) return false;
+  return (internal_bits[fd >> 6].load(std::memory_order_acquire) >> (fd & 63)) & 1;
+}
+
+void ForEachInternal(void (*fn)(int fd)) {
+  for (int w = 0; w < kMaxTracked / 64; ++w) {
+    uint64_t bits = internal_bits[w].load(std::memory_order_acquire);
+    while (bits != 0) {
+      int b = __builtin_ctzll(bits);
+      bits &= bits - 1;
+      fn(w * 64 + b);
+    }
+  }
+}
+
+void ForgetAllInternal() {
+  for (auto& w : internal_bits) w.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace rds::sys

@@ -1,0 +1,74 @@
+// engine/sys.h — the kernel calls the shim makes for itself.
+//
+// The shim's library exports libc names (read, close, socket, ...) to
+// interpose them, so a plain call from inside the library would come back to
+// the wrappers. Everything the engine, transports and configuration do with
+// kernel fds goes through these functions instead: raw system calls that
+// return -1 and set errno exactly as libc does, never re-entering the shim.
+//
+// Internal fds (engine sockets, listeners, registry files, per-thread
+// eventfds) are created through MakeInternal(), which moves them to a high
+// number and records them so the preload layer can protect them from the
+// application's close(), close_range() and dup2().
+//
+// Thread-safety: all functions are safe for concurrent use.
+#ifndef RDS_ENGINE_SYS_H_
+#define RDS_ENGINE_SYS_H_
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rds::sys {
+
+ssize_t Read(int fd, void* buf, size_t n);
+ssize_t Write(int fd, const void* buf, size_t n);
+// Writes all of buf, retrying on EINTR and short writes (blocking fds only).
+bool WriteAll(int fd, const void* buf, size_t n);
+ssize_t Readv(int fd, const struct iovec* iov, int n);
+ssize_t Writev(int fd, const struct iovec* iov, int n);
+int Close(int fd);
+int Socket(int domain, int type, int protocol);
+int Bind(int fd, const struct sockaddr* addr, socklen_t len);
+int Connect(int fd, const struct sockaddr* addr, socklen_t len);
+int Listen(int fd, int backlog);
+int Accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags);
+int Getsockname(int fd, struct sockaddr* addr, socklen_t* len);
+int Getpeername(int fd, struct sockaddr* addr, socklen_t* len);
+int Setsockopt(int fd, int level, int name, const void* val, socklen_t len);
+int Getsockopt(int fd, int level, int name, void* val, socklen_t* len);
+ssize_t Sendmsg(int fd, const struct msghdr* msg, int flags);
+ssize_t Recvmsg(int fd, struct msghdr* msg, int flags);
+ssize_t Sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to,
+               socklen_t len);
+ssize_t Recv(int fd, void* buf, size_t n, int flags);
+int Fcntl(int fd, int cmd, long arg);
+int FcntlLock(int fd, int cmd, struct flock* lock);
+int Ioctl(int fd, unsigned long request, void* arg);
+int Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
+int Open(const char* path, int flags, mode_t mode);
+int EpollWait(int epfd, struct epoll_event* events, int max, int timeout_ms);
+int EventFd(unsigned int initval, int flags);
+int Setns(int fd, int nstype);
+
+// Moves `fd` to a high number (close-on-exec) and records it as internal.
+// Returns the new fd, or `fd` itself if it cannot be moved (still recorded).
+int MakeInternal(int fd);
+// Closes an internal fd and forgets it.
+int CloseInternal(int fd);
+// True if `fd` is one of the shim's own fds.
+bool IsInternal(int fd);
+// Calls fn(fd) for every internal fd (used after fork, in the child).
+void ForEachInternal(void (*fn)(int fd));
+// Forgets every internal fd without closing it.
+void ForgetAllInternal();
+
+}  // namespace rds::sys
+
+#endif  // RDS_ENGINE_SYS_H_

@@ -1,0 +1,135 @@
+// engine/wire.cc — header codec and extension headers.
+#include "engine/wire.h"
+
+#include <cstring>
+
+#include <endian.h>
+#include "absl/strings/str_format.h"
+
+namespace rds::wire {
+namespace {
+
+// Data size of each extension type, as the kernel's rds_exthdr_size knows it;
+// -1 for "no known size" (skipped as zero-length, like 6.12 does).
+int ExtSize(uint8_t type) {
+  switch (type) {
+    case kExtVersion: return 4;
+    case kExtRdma: return 4;
+    case kExtRdmaDest: return 8;
+    case kExtRdmaBytes: return 8;
+    case kExtNpaths: return 2;
+    case kExtGenNum: return 4;
+    case kExtSportIdx: return 1;
+    case kExtShimHello: return 0;
+    case kExtShimControl: return 1;
+    default: return -1;
+  }
+}
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename T>
+void Store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+uint16_t Be16(const uint8_t* p) { return be16toh(Load<uint16_t>(p)); }
+uint32_t Be32(const uint8_t* p) { return be32toh(Load<uint32_t>(p)); }
+uint64_t Be64(const uint8_t* p) { return be64toh(Load<uint64_t>(p)); }
+void PutBe16(uint8_t* p, uint16_t v) { Store(p, htobe16(v)); }
+void PutBe32(uint8_t* p, uint32_t v) { Store(p, htobe32(v)); }
+void PutBe64(uint8_t* p, uint64_t v) { Store(p, htobe64(v)); }
+
+}  // namespace
+
+void Encode(const Header& h, uint8_t out[kHeaderSize]) {
+  PutBe64(out + 0, h.sequence);
+  PutBe64(out + 8, h.ack);
+  PutBe32(out + 16, h.len);
+  PutBe16(out + 20, h.sport);
+  PutBe16(out + 22, h.dport);
+  out[24] = h.flags;
+  out[25] = h.credit;
+  std::memset(out + 26, 0, 4);  // h_padding
+  PutBe16(out + 30, h.csum);
+  std::memcpy(out + 32, h.exthdr.data(), kExtHeaderSpace);
+}
+
+Header Decode(const uint8_t in[kHeaderSize]) {
+  Header h;
+  h.sequence = Be64(in + 0);
+  h.ack = Be64(in + 8);
+  h.len = Be32(in + 16);
+  h.sport = Be16(in + 20);
+  h.dport = Be16(in + 22);
+  h.flags = in[24];
+  h.credit = in[25];
+  h.csum = Be16(in + 30);
+  std::memcpy(h.exthdr.data(), in + 32, kExtHeaderSpace);
+  return h;
+}
+
+absl::Status ValidateLength(const Header& h) {
+  if (h.len > kMaxMessageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("h_len %u exceeds the RDS maximum of %u bytes", h.len, kMaxMessageSize));
+  }
+  return absl::OkStatus();
+}
+
+ExtHeaders ParseExtHeaders(const Header& h) {
+  ExtHeaders out;
+  size_t off = 0;
+  while (off < kExtHeaderSpace) {
+    uint8_t type = h.exthdr[off];
+    if (type == kExtNone) break;
+    if (type >= 16 && type != kExtShimHello && type != kExtShimControl) break;
+    int size = ExtSize(type);
+    if (size < 0) size = 0;
+    if (off + 1 + static_cast<size_t>(size) > kExtHeaderSpace) break;
+    const uint8_t* d = &h.exthdr[off + 1];
+    switch (type) {
+      case kExtVersion: out.version = Be32(d); break;
+      case kExtRdmaDest:
+        out.rdma_dest = uint64_t{Be32(d)} | (uint64_t{Be32(d + 4)} << 32);
+        break;
+      case kExtNpaths: out.npaths = Be16(d); break;
+      case kExtGenNum: out.gen_num = Be32(d); break;
+      case kExtSportIdx: out.sport_idx = true; break;
+      case kExtShimHello: out.shim_hello = true; break;
+      case kExtShimControl: out.shim_control = d[0]; break;
+      default: break;
+    }
+    off += 1 + static_cast<size_t>(size);
+  }
+  return out;
+}
+
+bool ExtWriter::Append(uint8_t type, absl::Span<const uint8_t> data) {
+  if (used_ + 1 + data.size() > kExtHeaderSpace) return false;
+  h_->exthdr[used_] = type;
+  std::memcpy(&h_->exthdr[used_ + 1], data.data(), data.size());
+  used_ += 1 + data.size();
+  if (used_ < kExtHeaderSpace) h_->exthdr[used_] = kExtNone;
+  return true;
+}
+
+bool ExtWriter::Npaths(uint16_t n) {
+  uint8_t d[2] = {static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(n)};
+  return Append(kExtNpaths, d);
+}
+
+bool ExtWriter::GenNum(uint32_t gen) {
+  uint8_t d[4];
+  PutBe32(d, gen);
+  return Append(kExtGenNum, d);
+}
+
+bool ExtWriter::ShimHello() { return Append(kExtShimHello, {}); }
+
+bool ExtWriter::ShimControl(uint8_t opcode) { return Append(kExtShimControl, {&opcode, 1}); }
+
+}  // namespace rds::wire

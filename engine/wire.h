@@ -1,0 +1,115 @@
+// engine/wire.h — the RDS wire format: the only code that knows header bytes.
+//
+// Every transport carries RDS messages as Linux rds_tcp does (kernel-rds.md
+// §C): a 48-byte big-endian header followed by exactly h_len payload bytes.
+// This file encodes and decodes that header, reads and writes its extension
+// headers (§C.4) with the kernel's parsing rules, and names the header shapes
+// with special meaning (congestion map, handshake ping/pong, ping/pong).
+// Transports never interpret header bytes themselves.
+//
+// Thread-safety: value types and pure functions.
+#ifndef RDS_ENGINE_WIRE_H_
+#define RDS_ENGINE_WIRE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace rds::wire {
+
+inline constexpr size_t kHeaderSize = 48;
+inline constexpr uint32_t kMaxMessageSize = 1u << 20;  // RDS_MAX_MSG_SIZE
+inline constexpr uint32_t kCongMapBytes = 8192;        // RDS_CONG_MAP_BYTES
+inline constexpr size_t kExtHeaderSpace = 16;           // RDS_HEADER_EXT_SPACE
+inline constexpr uint16_t kProbePort = 1;               // RDS_FLAG_PROBE_PORT
+inline constexpr uint16_t kNpathsAdvertised = 1;        // we use one path per peer
+
+// h_flags bits (§C.3).
+inline constexpr uint8_t kFlagCongBitmap = 0x01;
+inline constexpr uint8_t kFlagAckRequired = 0x02;
+inline constexpr uint8_t kFlagRetransmitted = 0x04;
+
+// Extension header types (§C.4) and the shim's own, which a kernel never
+// parses (it stops at a type >= 16).
+enum ExtType : uint8_t {
+  kExtNone = 0,
+  kExtVersion = 1,   // be32
+  kExtRdma = 2,      // be32 rkey
+  kExtRdmaDest = 3,  // be32 rkey, be32 offset
+  kExtRdmaBytes = 4, // 8 bytes (7.0+)
+  kExtNpaths = 5,    // be16
+  kExtGenNum = 6,    // be32
+  kExtSportIdx = 8,  // 1 dummy byte (7.0+)
+  kExtShimHello = 0x20,    // no data: the payload is a shim hello (engine/control.h)
+  kExtShimControl = 0x21,  // 1 byte: control opcode; the payload is its body
+};
+
+// A decoded header. Field names follow struct rds_header.
+struct Header {
+  uint64_t sequence = 0;
+  uint64_t ack = 0;
+  uint32_t len = 0;
+  uint16_t sport = 0;
+  uint16_t dport = 0;
+  uint8_t flags = 0;
+  uint8_t credit = 0;
+  uint16_t csum = 0;
+  std::array<uint8_t, kExtHeaderSpace> exthdr{};
+
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+void Encode(const Header& h, uint8_t out[kHeaderSize]);
+Header Decode(const uint8_t in[kHeaderSize]);
+
+// The largest h_len a receiver accepts: a data message is at most 1 MiB; a
+// congestion map is exactly 8 KiB (< 1 MiB). Anything larger is a protocol
+// violation and the stream cannot be trusted any more.
+absl::Status ValidateLength(const Header& h);
+
+// Extension headers found in a header, parsed as the kernel does: records of
+// [type][data] where the data size is implied by the type, ended by type 0,
+// a type >= 16 that is not the shim's, or the end of the 16-byte area.
+// Types below 16 with no known size are skipped as zero-length.
+struct ExtHeaders {
+  std::optional<uint32_t> version;
+  std::optional<uint64_t> rdma_dest;  // rkey | offset << 32 (the RDMA_DEST cookie)
+  std::optional<uint16_t> npaths;
+  std::optional<uint32_t> gen_num;
+  bool sport_idx = false;
+  bool shim_hello = false;
+  std::optional<uint8_t> shim_control;
+};
+ExtHeaders ParseExtHeaders(const Header& h);
+
+// Appends extension records to a header's area, in order. Returns false (and
+// leaves the area unchanged) if the record does not fit.
+class ExtWriter {
+ public:
+  explicit ExtWriter(Header* h) : h_(h) {}
+  bool Npaths(uint16_t n);
+  bool GenNum(uint32_t gen);
+  bool ShimHello();
+  bool ShimControl(uint8_t opcode);
+
+ private:
+  bool Append(uint8_t type, absl::Span<const uint8_t> data);
+  Header* h_;
+  size_t used_ = 0;
+};
+
+// Header shapes with special meaning.
+inline bool IsCongMap(const Header& h) { return h.flags == kFlagCongBitmap; }
+inline bool IsHandshakePing(const Header& h) { return h.sport == kProbePort && h.dport == 0; }
+inline bool IsHandshakePong(const Header& h) { return h.sport == 0 && h.dport == kProbePort; }
+// Shim control traffic (port 1 to port 1: a kernel drops it, nothing binds 1).
+inline bool IsShimControl(const Header& h) { return h.sport == kProbePort && h.dport == kProbePort; }
+inline bool IsPing(const Header& h) { return h.dport == 0 && !IsHandshakePing(h); }
+
+}  // namespace rds::wire
+
+#endif  // RDS_ENGINE_WIRE_H_

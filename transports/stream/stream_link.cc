@@ -1,0 +1,240 @@
+// transports/stream/stream_link.cc — framed messages over a stream fd.
+#include "transports/stream/stream_link.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "engine/log.h"
+#include "engine/stats.h"
+#include "engine/sys.h"
+
+namespace rds {
+namespace {
+
+constexpr size_t kReadChunk = 256 * 1024;
+constexpr size_t kDirectReadMin = 64 * 1024;
+constexpr int kMaxIov = 128;
+
+}  // namespace
+
+std::shared_ptr<StreamLink> StreamLink::Create(EventLoop& loop, int fd, bool connecting,
+                                               bool accept_fds, std::string description) {
+  auto link = std::shared_ptr<StreamLink>(
+      new StreamLink(loop, fd, connecting, accept_fds, std::move(description)));
+  std::weak_ptr<StreamLink> weak = link;
+  loop.Add(fd, connecting ? EPOLLOUT : EPOLLIN, [weak](uint32_t events) {
+    if (auto l = weak.lock()) l->OnEvents(events);
+  });
+  return link;
+}
+
+StreamLink::StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds,
+                       std::string description)
+    : loop_(loop),
+      fd_(fd),
+      connecting_(connecting),
+      accept_fds_(accept_fds),
+      description_(std::move(description)) {}
+
+StreamLink::~StreamLink() {
+  if (!closed_) {
+    loop_.Remove(fd_);
+    sys::CloseInternal(fd_);
+  }
+  for (int f : received_fds_) sys::CloseInternal(f);
+}
+
+int StreamLink::TakeReceivedFd() {
+  if (received_fds_.empty()) return -1;
+  int f = received_fds_.front();
+  received_fds_.erase(received_fds_.begin());
+  return f;
+}
+
+void StreamLink::Send(MessagePtr m) {
+  if (closed_) return;
+  Out o;
+  wire::Encode(m->header, o.header);
+  o.m = std::move(m);
+  out_.push_back(std::move(o));
+  if (!connecting_ && !want_write_) Flush();
+}
+
+void StreamLink::Close() {
+  if (closed_) return;
+  closed_ = true;
+  loop_.Remove(fd_);
+  sys::CloseInternal(fd_);
+  out_.clear();
+}
+
+void StreamLink::CloseAfterFlush() {
+  close_after_flush_ = true;
+  if (out_.empty() && !connecting_) Close();
+}
+
+void StreamLink::Fail(const absl::Status& why) {
+  if (closed_) return;
+  log::Debug("link %s closed: %s", description_, why.ToString());
+  auto keep = shared_from_this();  // callbacks may drop the owner's reference
+  Close();
+  if (cb_.on_closed) cb_.on_closed(why);
+}
+
+void StreamLink::UpdateInterest() {
+  if (closed_) return;
+  uint32_t events = EPOLLIN;
+  if (connecting_ || want_write_) events |= EPOLLOUT;
+  loop_.Modify(fd_, events);
+}
+
+void StreamLink::OnEvents(uint32_t events) {
+  auto keep = shared_from_this();
+  if (closed_) return;
+  if (connecting_) {
+    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    sys::Getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      stats::Inc(stats::kShimConnFailed);
+      Fail(absl::UnavailableError(absl::StrFormat("connect: %s", strerror(err))));
+      return;
+    }
+    connecting_ = false;
+    stats::Inc(stats::kShimConnConnected);
+    UpdateInterest();
+    if (cb_.on_connected) cb_.on_connected();
+    if (closed_) return;
+    if (!out_.empty()) Flush();
+    return;
+  }
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) OnReadable();
+  if (!closed_ && (events & EPOLLOUT)) Flush();
+}
+
+void StreamLink::OnReadable() {
+  auto sink = [this](wire::Header&& h, Payload&& p) {
+    if (!closed_ && cb_.on_message) cb_.on_message(std::move(h), std::move(p));
+  };
+  // Bounded work per wake-up so one busy peer cannot starve the others.
+  for (int round = 0; round < 16 && !closed_; ++round) {
+    absl::Span<uint8_t> direct = reassembler_.DirectTarget(kDirectReadMin);
+    ssize_t n;
+    if (!direct.empty()) {
+      n = sys::Read(fd_, direct.data(), direct.size());
+      if (n > 0) {
+        reassembler_.CommitDirect(static_cast<size_t>(n), sink);
+        continue;
+      }
+    } else {
+      if (read_buf_.size() < kReadChunk) read_buf_.resize(kReadChunk);
+      if (accept_fds_) {
+        struct iovec iov = {read_buf_.data(), read_buf_.size()};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+        struct msghdr mh = {};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = control;
+        mh.msg_controllen = sizeof(control);
+        n = sys::Recvmsg(fd_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (n >= 0) {
+          for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; ++i) {
+              int f;
+              std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+              received_fds_.push_back(sys::MakeInternal(f));
+            }
+          }
+        }
+      } else {
+        n = sys::Read(fd_, read_buf_.data(), read_buf_.size());
+      }
+      if (n > 0) {
+        absl::Status s = reassembler_.Feed({read_buf_.data(), static_cast<size_t>(n)}, sink);
+        if (!s.ok()) {
+          stats::Inc(stats::kShimConnDropBadInput);
+          log::Warn("link %s: invalid framing from peer (%s); dropping the connection",
+                    description_, s.message());
+          Fail(absl::DataLossError(s.message()));
+          return;
+        }
+        if (static_cast<size_t>(n) < read_buf_.size()) return;
+        continue;
+      }
+    }
+    if (n == 0) {
+      Fail(absl::UnavailableError(reassembler_.AtBoundary() ? "peer closed the connection"
+                                                            : "peer closed mid-message"));
+      return;
+    }
+    if (errno == EAGAIN || errno == EINTR) return;
+    Fail(absl::UnavailableError(absl::StrFormat("read: %s", strerror(errno))));
+    return;
+  }
+}
+
+void StreamLink::Flush() {
+  if (closed_ || connecting_) return;
+  while (!out_.empty()) {
+    // Skip messages cancelled before their first byte went out.
+    while (!out_.empty() && out_.front().offset == 0 &&
+           out_.front().m->cancelled.load(std::memory_order_relaxed)) {
+      out_.pop_front();
+    }
+    if (out_.empty()) break;
+    struct iovec iov[kMaxIov];
+    int n = 0;
+    for (auto it = out_.begin(); it != out_.end() && n + 2 <= kMaxIov; ++it) {
+      if (it != out_.begin() && it->m->cancelled.load(std::memory_order_relaxed)) break;
+      size_t off = it->offset;
+      if (off < wire::kHeaderSize) {
+        iov[n++] = {it->header + off, wire::kHeaderSize - off};
+        off = wire::kHeaderSize;
+      }
+      size_t plen = it->m->payload.size();
+      size_t poff = off - wire::kHeaderSize;
+      if (poff < plen) iov[n++] = {it->m->payload.data() + poff, plen - poff};
+    }
+    ssize_t w = sys::Writev(fd_, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        if (!want_write_) {
+          want_write_ = true;
+          UpdateInterest();
+        }
+        return;
+      }
+      Fail(absl::UnavailableError(absl::StrFormat("write: %s", strerror(errno))));
+      return;
+    }
+    size_t left = static_cast<size_t>(w);
+    while (left > 0 && !out_.empty()) {
+      Out& o = out_.front();
+      size_t total = wire::kHeaderSize + o.m->payload.size();
+      size_t take = std::min(left, total - o.offset);
+      o.offset += take;
+      left -= take;
+      if (o.offset == total) {
+        MessagePtr done = std::move(o.m);
+        out_.pop_front();
+        if (cb_.on_sent) cb_.on_sent(done);
+        if (closed_) return;
+      }
+    }
+  }
+  if (want_write_) {
+    want_write_ = false;
+    UpdateInterest();
+  }
+  if (close_after_flush_) Close();
+}
+
+}  // namespace rds

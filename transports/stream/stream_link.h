@@ -1,0 +1,75 @@
+// transports/stream/stream_link.h — a Link over a byte stream socket.
+//
+// The framing of Linux rds_tcp (one 48-byte header then h_len payload bytes
+// per message) over any stream fd: TCP to other hosts, AF_UNIX to engines on
+// the same host. Writes batch many messages per writev; reads take large
+// chunks and read big payloads straight into the message buffer. Invalid
+// framing from the peer closes the link (counted as shim_conn_drop_bad_input).
+//
+// Thread-safety: engine thread only.
+#ifndef RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
+#define RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/event_loop.h"
+#include "engine/reassembler.h"
+#include "transports/transport.h"
+
+namespace rds {
+
+class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> {
+ public:
+  // Takes ownership of `fd` (an internal, non-blocking stream socket).
+  // `connecting`: a non-blocking connect is in progress. `accept_fds`: read
+  // with room for SCM_RIGHTS (Unix links that may carry a handoff).
+  static std::shared_ptr<StreamLink> Create(EventLoop& loop, int fd, bool connecting,
+                                            bool accept_fds, std::string description);
+  ~StreamLink() override;
+
+  void SetCallbacks(Callbacks callbacks) override { cb_ = std::move(callbacks); }
+  void Send(MessagePtr m) override;
+  void Close() override;
+  void CloseAfterFlush() override;
+  std::string Describe() const override { return description_; }
+
+  int fd() const { return fd_; }
+  // An fd received with SCM_RIGHTS (accept_fds links), or -1. Ownership passes
+  // to the caller.
+  int TakeReceivedFd();
+
+ private:
+  StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds, std::string description);
+  void OnEvents(uint32_t events);
+  void OnReadable();
+  void Flush();
+  void Fail(const absl::Status& why);
+  void UpdateInterest();
+
+  struct Out {
+    uint8_t header[wire::kHeaderSize];
+    MessagePtr m;
+    size_t offset = 0;  // bytes of header+payload already written
+  };
+
+  EventLoop& loop_;
+  int fd_;
+  bool connecting_;
+  bool accept_fds_;
+  bool closed_ = false;
+  bool close_after_flush_ = false;
+  bool want_write_ = false;
+  std::string description_;
+  Callbacks cb_;
+  std::deque<Out> out_;
+  Reassembler reassembler_;
+  std::vector<uint8_t> read_buf_;
+  std::vector<int> received_fds_;
+};
+
+}  // namespace rds
+
+#endif  // RDS_TRANSPORTS_STREAM_STREAM_LINK_H_

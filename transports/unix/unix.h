@@ -1,0 +1,35 @@
+// transports/unix/unix.h — same-host engine links over AF_UNIX streams.
+//
+// Every engine listens on <rundir>/engine-<pid>.sock. Links between engines
+// on one host use the same framing as TCP (stream/StreamLink). The same
+// socket receives TCP connections handed over by the engine that accepted
+// them on the rendezvous port (SCM_RIGHTS).
+//
+// Returned fds are internal, non-blocking and close-on-exec.
+//
+// Thread-safety: stateless functions.
+#ifndef RDS_TRANSPORTS_UNIX_UNIX_H_
+#define RDS_TRANSPORTS_UNIX_UNIX_H_
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/message.h"
+
+namespace rds::unix_link {
+
+absl::StatusOr<int> Listen(const std::string& path);
+int Accept(int listen_fd);
+absl::StatusOr<int> Connect(const std::string& path);
+// The uid of the process at the other end of a connected Unix socket.
+absl::StatusOr<uid_t> PeerUid(int fd);
+// Sends `m` (header + payload, one message) over a fresh connection to the
+// engine at `path`, with `fd_to_pass` attached (SCM_RIGHTS). Blocking, bounded.
+absl::Status HandOff(const std::string& path, const MessagePtr& m, int fd_to_pass);
+
+}  // namespace rds::unix_link
+
+#endif  // RDS_TRANSPORTS_UNIX_UNIX_H_
