@@ -73,7 +73,7 @@ const std::vector<Spec>& Schema() {
 }
 
 bool ParseBool(std::string_view text, bool* out) {
-  std::string t = absl::AsciiStrToLower(text);
+  std::string t = absl::AsciiStrToLower(absl::string_view(text.data(), text.size()));
   if (t == "1" || t == "true" || t == "yes" || t == "on") return *out = true, true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return *out = false, true;
   return false;
@@ -143,7 +143,7 @@ Settings Parse(const std::function<std::optional<std::string>(const std::string&
       if (d < best_distance) best_distance = d, best = &spec;
     }
     // Internal variables (used by rdsrun and tests) start with an underscore.
-    if (known || absl::StartsWith(bare, "_")) continue;
+    if (known || (!bare.empty() && bare[0] == '_')) continue;
     problems->push_back(absl::StrFormat("unknown setting %s (did you mean %s%s?)", name,
                                         kEnvPrefix, best ? best->name : ""));
   }

@@ -49,7 +49,7 @@ absl::Status RdsError(int err) {
 
 int ErrnoOf(const absl::Status& status) {
   if (status.ok()) return 0;
-  if (std::optional<absl::Cord> p = status.GetPayload(kErrnoPayload)) {
+  if (absl::optional<absl::Cord> p = status.GetPayload(kErrnoPayload)) {
     int err = 0;
     if (absl::SimpleAtoi(std::string(*p), &err)) return err;
   }

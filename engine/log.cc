@@ -16,9 +16,10 @@ namespace {
 
 constexpr const char* kNames[] = {"", "error", "warn", "info", "debug", "trace"};
 
+// The output fd, resolved on first use; -1 means "not yet".
+std::atomic<int> fd{-1};
+
 int OutputFd() {
-  // The fd is resolved once; -1 means "not yet".
-  static std::atomic<int> fd{-1};
   int f = fd.load(std::memory_order_acquire);
   if (f >= 0) return f;
   const std::string& path = conf::Get().log_file;
@@ -38,11 +39,13 @@ int OutputFd() {
 
 }  // namespace
 
+void ResetAfterFork() { fd.store(-1); }
+
 bool Enabled(Level level) {
   return static_cast<int64_t>(level) <= conf::Get().log_level;
 }
 
-void Emit(Level level, std::string_view text) {
+void Emit(Level level, const std::string& text) {
   std::string line =
       absl::StrCat("rds-preload[", getpid(), "] ", kNames[static_cast<int>(level)], ": ", text, "\n");
   sys::WriteAll(OutputFd(), line.data(), line.size());

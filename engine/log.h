@@ -8,7 +8,7 @@
 #ifndef RDS_ENGINE_LOG_H_
 #define RDS_ENGINE_LOG_H_
 
-#include <string_view>
+#include <string>
 
 #include "absl/strings/str_format.h"
 
@@ -17,7 +17,9 @@ namespace rds::log {
 enum class Level { kError = 1, kWarn = 2, kInfo = 3, kDebug = 4, kTrace = 5 };
 
 bool Enabled(Level level);
-void Emit(Level level, std::string_view text);
+// Fork child: reopen the log destination on next use.
+void ResetAfterFork();
+void Emit(Level level, const std::string& text);
 
 template <typename... Args>
 void Error(const absl::FormatSpec<Args...>& fmt, const Args&... args) {

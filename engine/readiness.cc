@@ -87,7 +87,7 @@ std::optional<uint64_t> RecognizeBackingFd(int fd) {
   if (name_len != 1 + kPrefixLen + 16 || sun.sun_path[0] != '\0') return std::nullopt;
   if (std::memcmp(sun.sun_path + 1, kPrefix, kPrefixLen) != 0) return std::nullopt;
   uint64_t id = 0;
-  if (!absl::SimpleHexAtoi(std::string_view(sun.sun_path + 1 + kPrefixLen, 16), &id)) {
+  if (!absl::SimpleHexAtoi(absl::string_view(sun.sun_path + 1 + kPrefixLen, 16), &id)) {
     return std::nullopt;
   }
   return id;
@@ -101,6 +101,8 @@ bool PostReadinessToken(NetNs& ns, uint64_t id) {
   char token = 1;
   return sys::Sendto(fd, &token, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&sun), len) == 1;
 }
+
+void ResetReadinessAfterFork() { signal_fds = nullptr; }
 
 int DrainReadinessTokens(int fd) {
   int n = 0;

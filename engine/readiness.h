@@ -41,6 +41,9 @@ std::optional<uint64_t> RecognizeBackingFd(int fd);
 // name lives). Returns false if the fd's queue is full (it is readable anyway).
 bool PostReadinessToken(NetNs& ns, uint64_t id);
 
+// Fork child: forget the parent's signalling sockets.
+void ResetReadinessAfterFork();
+
 // Removes every queued token from `fd`. Returns how many were removed.
 int DrainReadinessTokens(int fd);
 

@@ -85,6 +85,8 @@ std::string HostRegistry::EngineSocketPath(pid_t pid) const {
   return absl::StrCat(rundir_, "/engine-", pid, ".sock");
 }
 
+void HostRegistry::ResetAfterFork() { sockets_fd_ = -1; }
+
 int HostRegistry::SocketsFd() {
   absl::MutexLock lock(&mu_);
   if (sockets_fd_ < 0) {

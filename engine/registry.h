@@ -55,6 +55,9 @@ class HostRegistry {
   void ReleaseSocket(uint64_t id);
   pid_t SocketOwner(uint64_t id);             // 0 if unowned or owned by this process
 
+  // Fork child: forget the inherited lock fd (its locks belong to the parent).
+  void ResetAfterFork();
+
   // Ensures a directory exists (mode 1777 for shared directories).
   static absl::Status EnsureDir(const std::string& path);
 

@@ -21,7 +21,9 @@
 namespace rds {
 namespace {
 
-constexpr int kAllowedFlags = MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY;
+// The kernel-internal MSG_CMSG_COMPAT bit (not in user headers) is accepted too.
+constexpr int kMsgCmsgCompat = static_cast<int>(0x80000000u);
+constexpr int kAllowedFlags = MSG_DONTWAIT | kMsgCmsgCompat | MSG_ZEROCOPY;
 
 // The destination named in msg_name (rds_sendmsg's checks). Sets *named.
 absl::Status ParseDestination(const msghdr& msg, RdsEndpoint* dest, sa_family_t* family) {

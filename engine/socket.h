@@ -17,6 +17,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -47,6 +48,9 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
 
   const uint64_t id;
   const std::shared_ptr<NetNs> ns;
+  // How many fds of this process refer to the socket; the RDS close runs
+  // when the last one is closed (maintained by the preload fd table).
+  std::atomic<int> fd_refs{0};
 
   mutable absl::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;

@@ -1,0 +1,29 @@
+// engine/fork.cc — resetting the engine in a fork child.
+#include "engine/fork.h"
+
+#include "engine/bind.h"
+#include "engine/engine.h"
+#include "engine/log.h"
+#include "engine/netns.h"
+#include "engine/readiness.h"
+#include "engine/registry.h"
+#include "engine/socket.h"
+#include "engine/sys.h"
+#include "engine/waiter.h"
+
+namespace rds {
+
+void ResetEngineAfterFork() {
+  sys::ForEachInternal([](int fd) { sys::Close(fd); });
+  sys::ForgetAllInternal();
+  Engine::ResetAfterFork();
+  NetNs::ResetAfterFork();
+  ResetBindTableAfterFork();
+  ResetSocketListAfterFork();
+  ResetReadinessAfterFork();
+  HostRegistry::Get().ResetAfterFork();
+  log::ResetAfterFork();
+  Waiter::ForThisThread().Reopen();
+}
+
+}  // namespace rds

@@ -1,0 +1,176 @@
+// preload/fd_calls.cc — interposed descriptor calls: close, close_range,
+// closefrom, dup/dup2/dup3, fcntl, ioctl, epoll_ctl.
+//
+// Internal fds (the engine's own) are invisible to the application: closing
+// or duplicating onto them fails with EBADF as if they were not open.
+// fcntl and fcntl64 are both defined here: without this, glibc's headers
+// would rename fcntl to fcntl64 (large-file build) and the two would clash.
+#undef _FILE_OFFSET_BITS
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <stdarg.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/socket.h"
+#include "engine/sys.h"
+#include "preload/errno_policy.h"
+#include "preload/fd_table.h"
+#include "preload/real.h"
+
+using rds::RdsSocket;
+using rds::preload::Fail;
+using rds::preload::FdEntry;
+using rds::preload::Lookup;
+using rds::preload::Run;
+
+namespace {
+
+// Drops one fd's reference; the last one closes the RDS socket (§A.10).
+void DropEntry(const std::shared_ptr<const FdEntry>& e) {
+  if (!e || e->state != FdEntry::State::kOwned) return;
+  if (e->socket->fd_refs.fetch_sub(1) == 1) {
+    int saved = errno;
+    rds::Release(*e->socket);
+    errno = saved;
+  }
+}
+
+// Records that `newfd` now refers to what `oldfd`'s entry refers to.
+void Duplicate(const std::shared_ptr<const FdEntry>& e, int newfd) {
+  if (!e) return;
+  if (e->state == FdEntry::State::kOwned) {
+    rds::preload::Publish(newfd, e->socket);
+  } else if (e->state == FdEntry::State::kPending) {
+    rds::preload::PublishPending(newfd);
+  } else {
+    rds::preload::PublishOrphan(newfd);
+  }
+}
+
+int CloseRangeImpl(unsigned int first, unsigned int last, int flags) {
+  if (first > last) return Fail<int>(EINVAL);
+  if (flags & CLOSE_RANGE_CLOEXEC) return rds::real::close_range(first, last, flags);
+  // Close around the engine's fds.
+  std::vector<unsigned int> internal;
+  static thread_local std::vector<unsigned int>* collect = nullptr;
+  collect = &internal;
+  rds::sys::ForEachInternal([](int fd) { collect->push_back(static_cast<unsigned int>(fd)); });
+  std::vector<std::shared_ptr<const FdEntry>> dropped;
+  if (rds::preload::AnyRds()) {
+    unsigned int hi = std::min<unsigned int>(last, 1u << 22);
+    for (unsigned int fd = first; fd <= hi; ++fd) {
+      if (rds::preload::MaybeRds(static_cast<int>(fd))) {
+        dropped.push_back(rds::preload::Unpublish(static_cast<int>(fd)));
+      }
+    }
+  }
+  unsigned int lo = first;
+  int r = 0;
+  for (unsigned int fd : internal) {  // ascending, all below 2^20
+    if (fd < first || fd > last) continue;
+    if (fd > lo) r |= rds::real::close_range(lo, fd - 1, flags);
+    lo = fd + 1;
+  }
+  if (lo <= last) r |= rds::real::close_range(lo, last, flags);
+  for (auto& e : dropped) DropEntry(e);
+  return r == 0 ? 0 : -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+int close(int fd) {
+  if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
+  if (!rds::preload::MaybeRds(fd)) return rds::real::close(fd);
+  std::shared_ptr<const FdEntry> e = rds::preload::Unpublish(fd);
+  int r = rds::real::close(fd);
+  DropEntry(e);
+  return r;
+}
+
+int close_range(unsigned int first, unsigned int last, int flags) {
+  return CloseRangeImpl(first, last, flags);
+}
+
+void closefrom(int lowfd) {
+  if (lowfd < 0) lowfd = 0;
+  CloseRangeImpl(static_cast<unsigned int>(lowfd), ~0u, 0);
+}
+
+int dup(int fd) {
+  if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
+  auto e = Lookup(fd);
+  int r = rds::real::dup(fd);
+  if (r >= 0 && e) Duplicate(e, r);
+  return r;
+}
+
+static int Dup2Impl(int oldfd, int newfd, int flags, bool three) {
+  if (rds::sys::IsInternal(oldfd) || rds::sys::IsInternal(newfd)) return Fail<int>(EBADF);
+  auto e = Lookup(oldfd);
+  int r = three ? rds::real::dup3(oldfd, newfd, flags) : rds::real::dup2(oldfd, newfd);
+  if (r < 0 || oldfd == newfd) return r;
+  std::shared_ptr<const FdEntry> replaced = rds::preload::Unpublish(newfd);
+  Duplicate(e, newfd);
+  DropEntry(replaced);
+  return r;
+}
+
+int dup2(int oldfd, int newfd) { return Dup2Impl(oldfd, newfd, 0, false); }
+int dup3(int oldfd, int newfd, int flags) { return Dup2Impl(oldfd, newfd, flags, true); }
+
+static int FcntlImpl(int fd, int cmd, long arg) {
+  if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
+  auto e = Lookup(fd);
+  int r = rds::real::fcntl(fd, cmd, arg);
+  if (!e || r < 0) return r;
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+    Duplicate(e, r);
+  } else if (cmd == F_SETFL && e->state == FdEntry::State::kOwned) {
+    absl::MutexLock lock(&e->socket->mu);
+    e->socket->nonblocking = (arg & O_NONBLOCK) != 0;
+  }
+  return r;
+}
+
+int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  long arg = va_arg(ap, long);
+  va_end(ap);
+  return FcntlImpl(fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  long arg = va_arg(ap, long);
+  va_end(ap);
+  return FcntlImpl(fd, cmd, arg);
+}
+
+int ioctl(int fd, unsigned long request, ...) {
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  auto e = Lookup(fd);
+  if (!e) return rds::real::ioctl(fd, request, arg);
+  return Run<int>(*e, [&](RdsSocket& rs) { return rds::Ioctl(rs, fd, request, arg); });
+}
+
+int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+  int r = rds::real::epoll_ctl(epfd, op, fd, ev);
+  if (r == 0 && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
+    auto e = Lookup(fd);
+    if (e && e->state == FdEntry::State::kOwned) rds::WatchWithEpoll(*e->socket, fd);
+  }
+  return r;
+}
+
+}  // extern "C"

@@ -1,0 +1,150 @@
+// preload/fd_table.cc — the fd table and adoption of arriving RDS fds.
+#include "preload/fd_table.h"
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/log.h"
+#include "engine/netns.h"
+#include "engine/readiness.h"
+#include "engine/registry.h"
+#include "engine/sys.h"
+
+namespace rds::preload {
+namespace {
+
+constexpr int kChunkBits = 10;
+constexpr int kChunkSize = 1 << kChunkBits;
+constexpr int kChunks = 1 << 12;  // fds up to 4M
+
+struct Slot {
+  std::atomic<bool> present{false};
+  std::atomic<std::shared_ptr<const FdEntry>> entry;
+};
+
+struct Chunk {
+  Slot slots[kChunkSize];
+};
+
+std::atomic<Chunk*> chunks[kChunks];
+std::atomic<bool> any_rds{false};
+absl::Mutex write_mu(absl::kConstInit);
+
+Slot* SlotFor(int fd, bool create) {
+  if (fd < 0 || fd >= kChunks * kChunkSize) return nullptr;
+  std::atomic<Chunk*>& c = chunks[fd >> kChunkBits];
+  Chunk* chunk = c.load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    if (!create) return nullptr;
+    chunk = new Chunk();  // never freed: readers may hold pointers into it
+    c.store(chunk, std::memory_order_release);
+  }
+  return &chunk->slots[fd & (kChunkSize - 1)];
+}
+
+void Store(int fd, std::shared_ptr<const FdEntry> e) {
+  absl::MutexLock lock(&write_mu);
+  Slot* s = SlotFor(fd, true);
+  if (s == nullptr) return;
+  any_rds.store(true, std::memory_order_release);
+  s->entry.store(std::move(e));
+  s->present.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+bool AnyRds() { return any_rds.load(std::memory_order_relaxed); }
+
+bool MaybeRds(int fd) {
+  if (!any_rds.load(std::memory_order_relaxed)) return false;
+  Slot* s = SlotFor(fd, false);
+  return s != nullptr && s->present.load(std::memory_order_acquire);
+}
+
+std::shared_ptr<const FdEntry> Lookup(int fd) {
+  if (!MaybeRds(fd)) return nullptr;
+  Slot* s = SlotFor(fd, false);
+  std::shared_ptr<const FdEntry> e = s->entry.load();
+  if (e && e->state == FdEntry::State::kPending) {
+    AdoptIfRds(fd);
+    e = s->entry.load();
+  }
+  return e;
+}
+
+void Publish(int fd, std::shared_ptr<RdsSocket> socket) {
+  socket->fd_refs.fetch_add(1);
+  Store(fd, std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOwned, std::move(socket)}));
+}
+
+void PublishOrphan(int fd) {
+  Store(fd, std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOrphaned, nullptr}));
+}
+
+void PublishPending(int fd) {
+  Store(fd, std::make_shared<FdEntry>(FdEntry{FdEntry::State::kPending, nullptr}));
+}
+
+std::shared_ptr<const FdEntry> Unpublish(int fd) {
+  absl::MutexLock lock(&write_mu);
+  Slot* s = SlotFor(fd, false);
+  if (s == nullptr || !s->present.load()) return nullptr;
+  s->present.store(false, std::memory_order_release);
+  return s->entry.exchange(nullptr);
+}
+
+void OrphanAllAfterFork() {
+  auto orphan = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOrphaned, nullptr});
+  for (auto& c : chunks) {
+    Chunk* chunk = c.load();
+    if (chunk == nullptr) continue;
+    for (Slot& s : chunk->slots) {
+      if (!s.present.load()) continue;
+      std::shared_ptr<const FdEntry> old = s.entry.exchange(orphan);
+      // The parent's socket objects are leaked in the child: their locks may
+      // be held by threads that do not exist here.
+      if (old && old->state == FdEntry::State::kOwned) {
+        new std::shared_ptr<const FdEntry>(std::move(old));
+      } else if (old && old->state == FdEntry::State::kPending) {
+        s.entry.store(old);
+      }
+    }
+  }
+}
+
+void AdoptIfRds(int fd) {
+  std::optional<uint64_t> id = RecognizeBackingFd(fd);
+  if (!id) {
+    Unpublish(fd);
+    return;
+  }
+  if (HostRegistry::Get().SocketOwner(*id) != 0) {
+    log::Debug("fd %d: RDS socket %016x belongs to another process; orphaned", fd, *id);
+    PublishOrphan(fd);
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfSocketFd(fd);
+  if (!ns.ok()) {
+    log::Warn("fd %d: %s; assuming the current network namespace", fd, ns.status().message());
+    ns = NetNs::OfCurrentThread();
+    if (!ns.ok()) {
+      PublishOrphan(fd);
+      return;
+    }
+  }
+  int fl = sys::Fcntl(fd, F_GETFL, 0);
+  absl::StatusOr<std::shared_ptr<RdsSocket>> rs =
+      CreateSocket(*id, *ns, fd, fl >= 0 && (fl & O_NONBLOCK));
+  if (!rs.ok()) {
+    log::Debug("fd %d: cannot adopt RDS socket %016x: %s", fd, *id, rs.status().ToString());
+    PublishOrphan(fd);
+    return;
+  }
+  log::Debug("fd %d: adopted RDS socket %016x", fd, *id);
+  Publish(fd, std::move(*rs));
+}
+
+}  // namespace rds::preload

@@ -1,0 +1,54 @@
+// preload/fd_table.h — which fds are RDS sockets (DESIGN.md §2.1).
+//
+// Indexed by fd number: a two-level array (chunks of 1024 slots allocated on
+// first use), each slot a presence byte plus an atomic shared_ptr to an entry.
+// Lookups never lock: a process that never made an RDS socket pays one
+// relaxed load per wrapped call. Writers (socket, dup, close, fork) take a
+// small mutex that is never held across a blocking call. An entry is
+// immutable; changing an fd's state replaces its entry.
+//
+// Thread-safety: safe for concurrent use.
+#ifndef RDS_PRELOAD_FD_TABLE_H_
+#define RDS_PRELOAD_FD_TABLE_H_
+
+#include <memory>
+
+#include "engine/socket.h"
+
+namespace rds::preload {
+
+struct FdEntry {
+  enum class State {
+    kOwned,     // this process's RDS socket
+    kOrphaned,  // an RDS fd whose socket belongs to another process (EBADF)
+    kPending,   // an inherited RDS fd not yet examined (adopted on first use)
+  };
+  State state;
+  std::shared_ptr<RdsSocket> socket;  // null unless kOwned
+};
+
+// The entry for `fd`, or null if it is not an RDS fd. Pending entries are
+// adopted (or orphaned) here, on first use.
+std::shared_ptr<const FdEntry> Lookup(int fd);
+// True once this process has had any RDS fd.
+bool AnyRds();
+// Fast check without adoption.
+bool MaybeRds(int fd);
+
+// Records `fd` as referring to `socket` (socket(), dup, adoption).
+void Publish(int fd, std::shared_ptr<RdsSocket> socket);
+void PublishOrphan(int fd);
+void PublishPending(int fd);
+// Forgets `fd`; returns its entry (for close).
+std::shared_ptr<const FdEntry> Unpublish(int fd);
+
+// Fork child: every owned entry becomes orphaned.
+void OrphanAllAfterFork();
+
+// Examines an fd that arrived from elsewhere (SCM_RIGHTS, exec) and, if it is
+// an RDS fd, records it (adopted if no other process owns its socket).
+void AdoptIfRds(int fd);
+
+}  // namespace rds::preload
+
+#endif  // RDS_PRELOAD_FD_TABLE_H_

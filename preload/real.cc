@@ -1,0 +1,111 @@
+// preload/real.cc — dlsym(RTLD_NEXT) resolution of libc's definitions.
+#include "preload/real.h"
+
+#include <dlfcn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace rds::real {
+namespace {
+
+// Resolves `name` once. If libc does not have it (older glibc), the
+// function-local fallback is used instead.
+template <typename F>
+F* Next(const char* name, F* fallback = nullptr) {
+  void* p = dlsym(RTLD_NEXT, name);
+  return p ? reinterpret_cast<F*>(p) : fallback;
+}
+
+int RawCloseRange(unsigned int first, unsigned int last, int flags) {
+  return static_cast<int>(syscall(SYS_close_range, first, last, flags));
+}
+
+}  // namespace
+
+#define RDS_REAL(name, ...) static auto* fn = Next<decltype(::name)>(#name); return fn(__VA_ARGS__)
+
+int socket(int d, int t, int p) { RDS_REAL(socket, d, t, p); }
+int socketpair(int d, int t, int p, int sv[2]) { RDS_REAL(socketpair, d, t, p, sv); }
+int bind(int fd, const sockaddr* a, socklen_t l) { RDS_REAL(bind, fd, a, l); }
+int connect(int fd, const sockaddr* a, socklen_t l) { RDS_REAL(connect, fd, a, l); }
+int listen(int fd, int b) { RDS_REAL(listen, fd, b); }
+int accept(int fd, sockaddr* a, socklen_t* l) { RDS_REAL(accept, fd, a, l); }
+int accept4(int fd, sockaddr* a, socklen_t* l, int f) { RDS_REAL(accept4, fd, a, l, f); }
+int shutdown(int fd, int how) { RDS_REAL(shutdown, fd, how); }
+int getsockname(int fd, sockaddr* a, socklen_t* l) { RDS_REAL(getsockname, fd, a, l); }
+int getpeername(int fd, sockaddr* a, socklen_t* l) { RDS_REAL(getpeername, fd, a, l); }
+int setsockopt(int fd, int lv, int n, const void* v, socklen_t l) {
+  RDS_REAL(setsockopt, fd, lv, n, v, l);
+}
+int getsockopt(int fd, int lv, int n, void* v, socklen_t* l) { RDS_REAL(getsockopt, fd, lv, n, v, l); }
+ssize_t send(int fd, const void* b, size_t n, int f) { RDS_REAL(send, fd, b, n, f); }
+ssize_t sendto(int fd, const void* b, size_t n, int f, const sockaddr* a, socklen_t l) {
+  RDS_REAL(sendto, fd, b, n, f, a, l);
+}
+ssize_t sendmsg(int fd, const msghdr* m, int f) { RDS_REAL(sendmsg, fd, m, f); }
+int sendmmsg(int fd, mmsghdr* v, unsigned int n, int f) { RDS_REAL(sendmmsg, fd, v, n, f); }
+ssize_t recv(int fd, void* b, size_t n, int f) { RDS_REAL(recv, fd, b, n, f); }
+ssize_t recvfrom(int fd, void* b, size_t n, int f, sockaddr* a, socklen_t* l) {
+  RDS_REAL(recvfrom, fd, b, n, f, a, l);
+}
+ssize_t recvmsg(int fd, msghdr* m, int f) { RDS_REAL(recvmsg, fd, m, f); }
+int recvmmsg(int fd, mmsghdr* v, unsigned int n, int f, struct timespec* t) {
+  using Fn = int(int, mmsghdr*, unsigned int, int, struct timespec*);
+  static auto* fn = Next<Fn>("recvmmsg");
+  return fn(fd, v, n, f, t);
+}
+ssize_t read(int fd, void* b, size_t n) { RDS_REAL(read, fd, b, n); }
+ssize_t readv(int fd, const iovec* v, int n) { RDS_REAL(readv, fd, v, n); }
+ssize_t write(int fd, const void* b, size_t n) { RDS_REAL(write, fd, b, n); }
+ssize_t writev(int fd, const iovec* v, int n) { RDS_REAL(writev, fd, v, n); }
+ssize_t recv_chk(int fd, void* b, size_t n, size_t bl, int f) {
+  using Fn = ssize_t(int, void*, size_t, size_t, int);
+  static auto* fn = Next<Fn>("__recv_chk");
+  return fn(fd, b, n, bl, f);
+}
+ssize_t recvfrom_chk(int fd, void* b, size_t n, size_t bl, int f, sockaddr* a, socklen_t* l) {
+  using Fn = ssize_t(int, void*, size_t, size_t, int, sockaddr*, socklen_t*);
+  static auto* fn = Next<Fn>("__recvfrom_chk");
+  return fn(fd, b, n, bl, f, a, l);
+}
+ssize_t read_chk(int fd, void* b, size_t n, size_t bl) {
+  using Fn = ssize_t(int, void*, size_t, size_t);
+  static auto* fn = Next<Fn>("__read_chk");
+  return fn(fd, b, n, bl);
+}
+int poll(pollfd* f, nfds_t n, int t) { RDS_REAL(poll, f, n, t); }
+int ppoll(pollfd* f, nfds_t n, const struct timespec* t, const sigset_t* m) {
+  RDS_REAL(ppoll, f, n, t, m);
+}
+int select(int n, fd_set* r, fd_set* w, fd_set* e, struct timeval* t) {
+  RDS_REAL(select, n, r, w, e, t);
+}
+int pselect(int n, fd_set* r, fd_set* w, fd_set* e, const struct timespec* t, const sigset_t* m) {
+  RDS_REAL(pselect, n, r, w, e, t, m);
+}
+int epoll_ctl(int ep, int op, int fd, epoll_event* ev) { RDS_REAL(epoll_ctl, ep, op, fd, ev); }
+int fcntl(int fd, int cmd, long arg) {
+  using Fn = int(int, int, ...);
+  static auto* fn = Next<Fn>("fcntl64") ? Next<Fn>("fcntl64") : Next<Fn>("fcntl");
+  return fn(fd, cmd, arg);
+}
+int ioctl(int fd, unsigned long r, void* a) {
+  using Fn = int(int, unsigned long, ...);
+  static auto* fn = Next<Fn>("ioctl");
+  return fn(fd, r, a);
+}
+int dup(int fd) { RDS_REAL(dup, fd); }
+int dup2(int o, int n) { RDS_REAL(dup2, o, n); }
+int dup3(int o, int n, int f) { RDS_REAL(dup3, o, n, f); }
+int close(int fd) { RDS_REAL(close, fd); }
+int close_range(unsigned int first, unsigned int last, int flags) {
+  using Fn = int(unsigned int, unsigned int, int);
+  static auto* fn = Next<Fn>("close_range", &RawCloseRange);
+  return fn(first, last, flags);
+}
+
+#undef RDS_REAL
+
+}  // namespace rds::real

@@ -1,0 +1,152 @@
+// preload/socket_calls.cc — interposed socket-API entry points: socket,
+// socketpair, bind, connect, listen, accept, shutdown, names and options.
+#include <linux/rds.h>
+#include <sys/socket.h>
+
+#include "engine/bind.h"
+#include "engine/log.h"
+#include "engine/readiness.h"
+#include "engine/socket.h"
+#include "engine/sockopt.h"
+#include "engine/usercopy.h"
+#include "preload/errno_policy.h"
+#include "preload/fd_table.h"
+#include "preload/lifecycle.h"
+#include "preload/real.h"
+
+using rds::RdsSocket;
+using rds::preload::Fail;
+using rds::preload::Lookup;
+using rds::preload::Run;
+
+namespace {
+
+constexpr int kTypeFlags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+
+// What socket(2) checks before the RDS family's create: flag bits (EINVAL),
+// then rds_create: SOCK_SEQPACKET with protocol 0 only.
+int CheckRdsType(int type, int protocol) {
+  if (type & ~(0xf | kTypeFlags)) return EINVAL;
+  if ((type & ~kTypeFlags) != SOCK_SEQPACKET || protocol != 0) return ESOCKTNOSUPPORT;
+  return 0;
+}
+
+int CreateRdsSocket(int type, int protocol) {
+  if (int err = CheckRdsType(type, protocol)) return Fail<int>(err);
+  int saved = errno;
+  rds::preload::EnsureForkHandlers();
+  absl::StatusOr<rds::BackingFd> backing = rds::CreateBackingFd(type & kTypeFlags);
+  if (!backing.ok()) {
+    rds::log::Error("socket(AF_RDS): %s", backing.status().ToString());
+    return Fail<int>(ENOMEM);
+  }
+  absl::StatusOr<std::shared_ptr<rds::NetNs>> ns = rds::NetNs::OfCurrentThread();
+  absl::StatusOr<std::shared_ptr<RdsSocket>> rs =
+      ns.ok() ? rds::CreateSocket(backing->id, *ns, backing->fd, type & SOCK_NONBLOCK)
+              : absl::StatusOr<std::shared_ptr<RdsSocket>>(ns.status());
+  if (!rs.ok()) {
+    rds::log::Error("socket(AF_RDS): %s", rs.status().ToString());
+    rds::real::close(backing->fd);
+    return Fail<int>(ENOMEM);
+  }
+  rds::preload::Publish(backing->fd, std::move(*rs));
+  rds::log::Trace("socket(AF_RDS) = %d", backing->fd);
+  errno = saved;
+  return backing->fd;
+}
+
+}  // namespace
+
+extern "C" {
+
+int socket(int domain, int type, int protocol) {
+  if (domain != AF_RDS) return rds::real::socket(domain, type, protocol);
+  return CreateRdsSocket(type, protocol);
+}
+
+int socketpair(int domain, int type, int protocol,
+                                                      int sv[2]) {
+  if (domain != AF_RDS) {
+    int r = rds::real::socketpair(domain, type, protocol, sv);
+    if (r == 0) {
+      rds::preload::Unpublish(sv[0]);
+      rds::preload::Unpublish(sv[1]);
+    }
+    return r;
+  }
+  if (int err = CheckRdsType(type, protocol)) return Fail<int>(err);
+  return Fail<int>(EOPNOTSUPP);
+}
+
+int bind(int fd, const sockaddr* addr, socklen_t len) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::bind(fd, addr, len);
+  return Run<int>(*e, [&](RdsSocket& rs) { return rds::Bind(rs, addr, len); });
+}
+
+int connect(int fd, const sockaddr* addr, socklen_t len) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::connect(fd, addr, len);
+  return Run<int>(*e, [&](RdsSocket& rs) { return rds::Connect(rs, addr, len); });
+}
+
+int listen(int fd, int backlog) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::listen(fd, backlog);
+  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+}
+
+int accept(int fd, sockaddr* addr, socklen_t* len) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::accept(fd, addr, len);
+  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+}
+
+int accept4(int fd, sockaddr* addr, socklen_t* len,
+                                                   int flags) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::accept4(fd, addr, len, flags);
+  if (flags & ~kTypeFlags) return Fail<int>(EINVAL);
+  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+}
+
+int shutdown(int fd, int how) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::shutdown(fd, how);
+  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+}
+
+static int GetName(int fd, sockaddr* addr, socklen_t* len, bool peer) {
+  auto e = Lookup(fd);
+  if (!e) return peer ? rds::real::getpeername(fd, addr, len) : rds::real::getsockname(fd, addr, len);
+  return Run<int>(*e, [&](RdsSocket& rs) -> absl::Status {
+    sockaddr_storage ss;
+    absl::StatusOr<socklen_t> klen = rds::GetName(rs, peer, &ss);
+    if (!klen.ok()) return klen.status();
+    return rds::usercopy::SockaddrToUser(ss, *klen, addr, len);
+  });
+}
+
+int getsockname(int fd, sockaddr* addr, socklen_t* len) {
+  return GetName(fd, addr, len, false);
+}
+
+int getpeername(int fd, sockaddr* addr, socklen_t* len) {
+  return GetName(fd, addr, len, true);
+}
+
+int setsockopt(int fd, int level, int name,
+                                                      const void* val, socklen_t len) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::setsockopt(fd, level, name, val, len);
+  return Run<int>(*e, [&](RdsSocket& rs) { return rds::SetSockOpt(rs, fd, level, name, val, len); });
+}
+
+int getsockopt(int fd, int level, int name, void* val,
+                                                      socklen_t* len) {
+  auto e = Lookup(fd);
+  if (!e) return rds::real::getsockopt(fd, level, name, val, len);
+  return Run<int>(*e, [&](RdsSocket& rs) { return rds::GetSockOpt(rs, fd, level, name, val, len); });
+}
+
+}  // extern "C"

@@ -1,0 +1,72 @@
+// Unit tests for engine/control: the shim's hello and control messages.
+#include "engine/control.h"
+
+#include <gtest/gtest.h>
+
+namespace rds::control {
+namespace {
+
+TEST(ControlTest, HelloRoundTripsAndLooksLikeAKernelProbe) {
+  Hello h;
+  h.kind = HelloKind::kLink;
+  h.pid = 1234;
+  h.gen = 0xabcdef01;
+  h.uid = 1000;
+  h.ns = {5, 4026531840};
+  in_addr a;
+  a.s_addr = htonl(0x0a000001);
+  h.from_addr = RdsAddr::FromV4(a);
+  a.s_addr = htonl(0x0a000002);
+  h.to_addr = RdsAddr::FromV4(a);
+  h.target_pid = 99;
+  MessagePtr m = EncodeHello(h);
+  EXPECT_TRUE(wire::IsHandshakePing(m->header));
+  wire::ExtHeaders e = wire::ParseExtHeaders(m->header);
+  EXPECT_EQ(e.npaths, wire::kNpathsAdvertised);
+  EXPECT_EQ(e.gen_num, h.gen);
+  EXPECT_TRUE(e.shim_hello);
+  absl::StatusOr<Hello> back = DecodeHello(m->header, m->payload);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pid, 1234u);
+  EXPECT_EQ(back->target_pid, 99u);
+  EXPECT_EQ(back->ns, h.ns);
+  EXPECT_EQ(back->to_addr, h.to_addr);
+}
+
+TEST(ControlTest, ReplyIsShapedAsAPong) {
+  Hello h;
+  h.kind = HelloKind::kReply;
+  h.result = HelloResult::kAnswer;
+  h.answer_pid = 7;
+  MessagePtr m = EncodeHello(h);
+  EXPECT_TRUE(wire::IsHandshakePong(m->header));
+  EXPECT_EQ(DecodeHello(m->header, m->payload)->answer_pid, 7u);
+}
+
+TEST(ControlTest, TruncatedOrForeignHelloIsRejected) {
+  Hello h;
+  MessagePtr m = EncodeHello(h);
+  Payload shorter(m->payload.data(), m->payload.size() - 1);
+  EXPECT_FALSE(DecodeHello(m->header, shorter).ok());
+  wire::Header plain_probe;
+  plain_probe.sport = 1;
+  EXPECT_FALSE(DecodeHello(plain_probe, Payload()).ok());  // a kernel's probe is not a hello
+}
+
+TEST(ControlTest, ControlRoundTrips) {
+  Control c;
+  c.op = Op::kRouteReply;
+  c.query_id = 5;
+  c.port = 4000;
+  c.owner_pid = 321;
+  MessagePtr m = EncodeControl(c);
+  EXPECT_TRUE(wire::IsShimControl(m->header));
+  absl::StatusOr<Control> back = DecodeControl(m->header, m->payload);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->op, Op::kRouteReply);
+  EXPECT_EQ(back->port, 4000);
+  EXPECT_EQ(back->owner_pid, 321u);
+}
+
+}  // namespace
+}  // namespace rds::control
