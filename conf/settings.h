@@ -30,6 +30,7 @@ struct Settings {
   bool ping_enable;            // net.rds.ping_enable
   int64_t reconnect_min_delay_ms;  // net.rds.reconnect_min_delay_ms
   int64_t reconnect_max_delay_ms;  // net.rds.reconnect_max_delay_ms
+  int64_t exit_flush_ms;       // at exit, wait this long for queued messages to be written
   int64_t log_level;           // 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace
   std::string log_file;        // empty: stderr; "%p" is replaced by the pid
 };

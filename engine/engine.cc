@@ -10,9 +10,11 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "conf/settings.h"
 #include "engine/bind.h"
 #include "engine/errors.h"
+#include "engine/fork.h"
 #include "engine/log.h"
 #include "engine/recv.h"
 #include "engine/registry.h"
@@ -45,6 +47,8 @@ bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEn
 }
 
 }  // namespace
+
+absl::Mutex& EngineStartMutex() { return engine_mu; }
 
 Engine& Engine::Get() {
   Engine* e = engine_ptr.load(std::memory_order_acquire);
@@ -808,6 +812,35 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
   incoming_.erase(link);
   Reply(link, control::HelloResult::kAccept, 0, false);
   AttachLink(p, link, h.gen);
+}
+
+// ---------------------------------------------------------------------------
+// Exit.
+
+size_t Engine::PendingMessages() {
+  size_t n = 0;
+  for (auto& [key, c] : connections_) {
+    for (auto& [port, q] : c->unresolved) n += q.size();
+    for (auto& [pid, p] : c->paths) n += p->backlog.size() + p->inflight.size();
+  }
+  return n;
+}
+
+void Engine::DrainAtExit(absl::Duration limit) {
+  Engine* e = engine_ptr.load(std::memory_order_acquire);
+  if (e == nullptr) return;
+  absl::Time deadline = absl::Now() + limit;
+  for (;;) {
+    auto pending = std::make_shared<std::atomic<size_t>>(~size_t{0});
+    auto done = std::make_shared<absl::Notification>();
+    e->loop_.Post([e, pending, done] {
+      pending->store(e->PendingMessages());
+      done->Notify();
+    });
+    if (!done->WaitForNotificationWithDeadline(deadline)) return;
+    if (pending->load() == 0 || absl::Now() >= deadline) return;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -53,6 +53,11 @@ class Engine {
   // freeing their send space: RDS_CANCEL_SENT_TO and close. Waits until done.
   void CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest);
 
+  // At process exit: waits (at most `limit`) until every queued message has
+  // been written to its transport, as kernel RDS has written it to TCP or
+  // delivered it over loopback by the time sendmsg returns.
+  static void DrainAtExit(absl::Duration limit);
+
   uint32_t pid() const { return pid_; }
   uint32_t gen() const { return gen_; }
 
@@ -94,6 +99,7 @@ class Engine {
              uint32_t answer_pid, bool close_after);
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
+  size_t PendingMessages();
 
   const uint32_t pid_;
   const uint32_t gen_;

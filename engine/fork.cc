@@ -13,7 +13,27 @@
 
 namespace rds {
 
+namespace {
+
+absl::Mutex* const* ForkLocks() {
+  static absl::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &ReadinessMutex(),
+                                 &HostRegistryMutex(), nullptr};
+  return locks;
+}
+
+}  // namespace
+
+void PrepareEngineForFork() {
+  for (absl::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Lock();
+}
+
+void ParentAfterFork() {
+  for (absl::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Unlock();
+}
+
 void ResetEngineAfterFork() {
+  ParentAfterFork();  // the child's copies are held by this thread
+
   sys::ForEachInternal([](int fd) { sys::Close(fd); });
   sys::ForgetAllInternal();
   Engine::ResetAfterFork();

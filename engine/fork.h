@@ -11,9 +11,22 @@
 #ifndef RDS_ENGINE_FORK_H_
 #define RDS_ENGINE_FORK_H_
 
+#include "absl/synchronization/mutex.h"
+
 namespace rds {
 
+// pthread_atfork handlers. Prepare takes every process-wide lock the child
+// will use again, so no other thread can hold one at the moment of fork;
+// the parent releases them; the child releases them and resets the engine.
+void PrepareEngineForFork();
+void ParentAfterFork();
 void ResetEngineAfterFork();
+
+// The process-wide locks a fork child reuses (defined by their modules).
+absl::Mutex& EngineStartMutex();
+absl::Mutex& NetNsTableMutex();
+absl::Mutex& ReadinessMutex();
+absl::Mutex& HostRegistryMutex();
 
 }  // namespace rds
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "conf/settings.h"
+#include "engine/fork.h"
 #include "engine/log.h"
 #include "engine/sys.h"
 
@@ -37,6 +38,8 @@ absl::StatusOr<NetNsKey> CurrentKey() {
 }
 
 }  // namespace
+
+absl::Mutex& NetNsTableMutex() { return table_mu; }
 
 NetNs::NetNs(NetNsKey key, int ns_fd, std::unique_ptr<PortRegistry> ports)
     : key_(key), ns_fd_(ns_fd), ports_(std::move(ports)) {}

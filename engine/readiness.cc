@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/fork.h"
 #include "engine/netns.h"
 #include "engine/sys.h"
 
@@ -30,13 +31,10 @@ socklen_t NameOf(uint64_t id, sockaddr_un* sun) {
 }
 
 uint64_t RandomId() {
-  static absl::Mutex mu(absl::kConstInit);
-  static absl::BitGen* gen ABSL_GUARDED_BY(mu) = nullptr;
-  absl::MutexLock lock(&mu);
-  if (gen == nullptr) gen = new absl::BitGen();
+  thread_local absl::BitGen gen;
   uint64_t id;
   do {
-    id = absl::Uniform<uint64_t>(*gen);
+    id = absl::Uniform<uint64_t>(gen);
   } while (id == 0);
   return id;
 }
@@ -62,6 +60,8 @@ int SignalFd(NetNs& ns) {
 }
 
 }  // namespace
+
+absl::Mutex& ReadinessMutex() { return signal_mu; }
 
 absl::StatusOr<BackingFd> CreateBackingFd(int flags) {
   int fd = sys::Socket(AF_UNIX, SOCK_DGRAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "conf/settings.h"
 #include "engine/errors.h"
+#include "engine/fork.h"
 #include "engine/log.h"
 #include "engine/sys.h"
 
@@ -73,6 +74,8 @@ absl::Status HostRegistry::EnsureDir(const std::string& path) {
   }
   return absl::InternalError(absl::StrFormat("cannot create %s: %s", path, strerror(errno)));
 }
+
+absl::Mutex& HostRegistryMutex() { return HostRegistry::Get().mu_; }
 
 HostRegistry& HostRegistry::Get() {
   static HostRegistry* r = new HostRegistry(conf::Get().rundir);

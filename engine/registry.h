@@ -62,6 +62,7 @@ class HostRegistry {
   static absl::Status EnsureDir(const std::string& path);
 
  private:
+  friend absl::Mutex& HostRegistryMutex();
   explicit HostRegistry(std::string rundir);
   std::string rundir_;
   int sockets_fd_ = -1;  // sockets.lock; opened on first use

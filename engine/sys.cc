@@ -144,7 +144,7 @@ bool IsInternal(int fd) {
   return (internal_bits[fd >> 6].load(std::memory_order_acquire) >> (fd & 63)) & 1;
 }
 
-void ForEachInternal(void (*fn)(int fd)) {
+void ForEachInternal(absl::FunctionRef<void(int fd)> fn) {
   for (int w = 0; w < kMaxTracked / 64; ++w) {
     uint64_t bits = internal_bits[w].load(std::memory_order_acquire);
     while (bits != 0) {

@@ -25,6 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
+
 namespace rds::sys {
 
 ssize_t Read(int fd, void* buf, size_t n);
@@ -64,8 +66,8 @@ int MakeInternal(int fd);
 int CloseInternal(int fd);
 // True if `fd` is one of the shim's own fds.
 bool IsInternal(int fd);
-// Calls fn(fd) for every internal fd (used after fork, in the child).
-void ForEachInternal(void (*fn)(int fd));
+// Calls fn(fd) for every internal fd, in ascending order.
+void ForEachInternal(absl::FunctionRef<void(int fd)> fn);
 // Forgets every internal fd without closing it.
 void ForgetAllInternal();
 

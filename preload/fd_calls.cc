@@ -56,9 +56,7 @@ int CloseRangeImpl(unsigned int first, unsigned int last, int flags) {
   if (flags & CLOSE_RANGE_CLOEXEC) return rds::real::close_range(first, last, flags);
   // Close around the engine's fds.
   std::vector<unsigned int> internal;
-  static thread_local std::vector<unsigned int>* collect = nullptr;
-  collect = &internal;
-  rds::sys::ForEachInternal([](int fd) { collect->push_back(static_cast<unsigned int>(fd)); });
+  rds::sys::ForEachInternal([&](int fd) { internal.push_back(static_cast<unsigned int>(fd)); });
   std::vector<std::shared_ptr<const FdEntry>> dropped;
   if (rds::preload::AnyRds()) {
     unsigned int hi = std::min<unsigned int>(last, 1u << 22);

@@ -96,6 +96,9 @@ std::shared_ptr<const FdEntry> Unpublish(int fd) {
   return s->entry.exchange(nullptr);
 }
 
+void LockTableForFork() { write_mu.Lock(); }
+void UnlockTableAfterFork() { write_mu.Unlock(); }
+
 void OrphanAllAfterFork() {
   auto orphan = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOrphaned, nullptr});
   for (auto& c : chunks) {

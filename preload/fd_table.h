@@ -42,6 +42,9 @@ void PublishPending(int fd);
 // Forgets `fd`; returns its entry (for close).
 std::shared_ptr<const FdEntry> Unpublish(int fd);
 
+// Fork: the table's writer lock is held across fork (prepare → parent/child).
+void LockTableForFork();
+void UnlockTableAfterFork();
 // Fork child: every owned entry becomes orphaned.
 void OrphanAllAfterFork();
 

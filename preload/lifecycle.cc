@@ -7,6 +7,8 @@
 
 #include <mutex>
 
+#include "conf/settings.h"
+#include "engine/engine.h"
 #include "engine/fork.h"
 #include "engine/readiness.h"
 #include "preload/fd_table.h"
@@ -14,8 +16,19 @@
 namespace rds::preload {
 namespace {
 
+void PrepareFork() {
+  LockTableForFork();
+  PrepareEngineForFork();
+}
+
+void ParentFork() {
+  ParentAfterFork();
+  UnlockTableAfterFork();
+}
+
 void ChildAfterFork() {
   ResetEngineAfterFork();
+  UnlockTableAfterFork();
   OrphanAllAfterFork();
 }
 
@@ -34,11 +47,18 @@ __attribute__((constructor)) void NoteInheritedRdsFds() {
   closedir(d);
 }
 
+// exit() and return from main: messages sendmsg accepted are written out
+// first (_exit and signals cannot be caught; see DESIGN.md §7).
+__attribute__((destructor)) void FlushAtExit() {
+  if (!AnyRds()) return;
+  Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+}
+
 }  // namespace
 
 void EnsureForkHandlers() {
   static std::once_flag once;
-  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, ChildAfterFork); });
+  std::call_once(once, [] { pthread_atfork(PrepareFork, ParentFork, ChildAfterFork); });
 }
 
 }  // namespace rds::preload

@@ -32,7 +32,7 @@ struct RdsPollFd {
 };
 
 short RdsRevents(const FdEntry& e, short events) {
-  if (e.state != FdEntry::State::kOwned) return POLLERR & ~0;  // orphaned: an error to notice
+  if (e.state != FdEntry::State::kOwned) return POLLERR;  // another process's socket
   return rds::PollMask(*e.socket) & (events | POLLERR | POLLHUP);
 }
 
