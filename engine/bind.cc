@@ -114,7 +114,14 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
     log::Info("bind to %s: not a local address of this network namespace", want.addr.ToString());
     return RdsError(EADDRNOTAVAIL);
   }
-  if (want.port == wire::kProbePort) return RdsError(EINVAL);
+  // From here a failure also detaches a transport set by SO_RDS_TRANSPORT
+  // (rds_bind clears rs_transport when rds_add_bound fails).
+  auto detach = [&rs](absl::Status s) {
+    absl::MutexLock lock(&rs.mu);
+    if (!rs.bound) rs.transport = kTransNone;
+    return s;
+  };
+  if (want.port == wire::kProbePort) return detach(RdsError(EINVAL));
 
   // Other processes must be able to reach this engine as soon as the port is
   // visible in the registry.
@@ -146,7 +153,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
       }
     }
   }
-  if (!taken.ok()) return taken;
+  if (!taken.ok()) return detach(taken);
 
   absl::MutexLock lock(&rs.mu);
   if (rs.released || rs.bound) {

@@ -328,11 +328,19 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const
     case control::HelloResult::kAccept:
       AttachLink(p, link, h.gen);
       return;
-    case control::HelloResult::kRejectCollision:
-      // The peer's own link to us wins; it will arrive (or we retry later).
+    case control::HelloResult::kRejectCollision: {
+      // The peer's own link to us wins (or it already has one): wait for it,
+      // and only try again if it has not come up after a while.
       link->Close();
-      SchedulePathRetry(p);
+      Path* pp = &p;
+      if (!p.retry_timer) {
+        p.retry_timer = loop_.After(absl::Seconds(1), [this, pp] {
+          pp->retry_timer = 0;
+          if (!pp->link && !pp->connecting && !pp->backlog.empty()) ConnectPath(*pp);
+        });
+      }
       return;
+    }
     case control::HelloResult::kNoEngine:
       link->Close();
       DropPath(p, "peer engine is gone");
@@ -487,6 +495,7 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     return;
   }
   auto m = std::make_shared<Message>();
+  m->rx_trace[0] = m->rx_trace[1] = MonotonicNs();
   m->header = h;
   m->payload = std::move(payload);
   m->saddr = c.key.faddr;
@@ -798,6 +807,13 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
                         const control::Hello& h) {
   Connection& c = GetConnection(ns, h.to_addr, h.from_addr);
   Path& p = GetPath(c, h.pid, /*connect=*/false);
+  if (p.link && h.gen == p.peer_gen) {
+    // The same peer incarnation already has a working link on this path:
+    // refuse the duplicate rather than abandon messages in flight on the
+    // established one. (A restarted peer has a new generation and replaces it.)
+    Reply(link, control::HelloResult::kRejectCollision, 0, true);
+    return;
+  }
   if (p.connecting) {
     // Both sides opened this path: the link opened by the smaller
     // (address, pid) survives; data has flowed on neither.

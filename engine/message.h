@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/time/time.h"
 #include "engine/addr.h"
@@ -23,6 +24,9 @@
 namespace rds {
 
 class RdsSocket;
+
+// Monotonic nanoseconds (the clock of the RX latency trace points).
+int64_t MonotonicNs();
 
 // Payload bytes: an uninitialised heap buffer of exact size (no memset for
 // 1 MiB messages).
@@ -52,8 +56,14 @@ struct Message {
   // engine-generated messages). Released when the message leaves the queues.
   std::shared_ptr<RdsSocket> sender;
   std::atomic<bool> cancelled{false};
+  // MSG_ZEROCOPY: the cookie reported to the sender when the message is done.
+  std::optional<uint32_t> zcopy_cookie;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).
   absl::Time received_at;
+  // Receiving side: monotonic ns at the kernel's RX trace points (header
+  // seen, header complete, queued to the socket, cmsg built), for
+  // SO_RDS_MSG_RXPATH_LATENCY.
+  int64_t rx_trace[4] = {0, 0, 0, 0};
 };
 
 using MessagePtr = std::shared_ptr<Message>;

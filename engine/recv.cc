@@ -53,6 +53,16 @@ class CmsgWriter {
   size_t used_ = 0;
 };
 
+// Up to RDS_MAX_ZCOOKIES completions, in completion order.
+rds_zcopy_cookies TakeCookies(RdsSocket& rs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
+  rds_zcopy_cookies done = {};
+  while (!rs.zcookies.empty() && done.num < RDS_MAX_ZCOOKIES) {
+    done.cookies[done.num++] = rs.zcookies.front();
+    rs.zcookies.pop_front();
+  }
+  return done;
+}
+
 absl::Status PutTimestamp(CmsgWriter& cm, RdsSocket::Timestamp kind, absl::Time at) {
   if (kind == RdsSocket::Timestamp::kOld) {
     timeval tv = absl::ToTimeval(at);
@@ -67,6 +77,12 @@ absl::Status PutTimestamp(CmsgWriter& cm, RdsSocket::Timestamp kind, absl::Time 
 
 }  // namespace
 
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
 void Deliver(RdsSocket& rs, MessagePtr m) {
   absl::MutexLock lock(&rs.mu);
   if (rs.released) {
@@ -74,6 +90,8 @@ void Deliver(RdsSocket& rs, MessagePtr m) {
     return;
   }
   if (rs.timestamp != RdsSocket::Timestamp::kOff) m->received_at = absl::Now();
+  m->rx_trace[2] = MonotonicNs();
+  if (m->rx_trace[0] == 0) m->rx_trace[0] = m->rx_trace[1] = m->rx_trace[2];
   rs.rcv_bytes += m->payload.size();
   stats::Add(stats::kRecvBytesAddedToSock, m->payload.size());
   stats::Inc(stats::kRecvQueued);
@@ -89,6 +107,9 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     msg.msg_controllen = 0;
     return 0;
   }
+  // The generic error queue (sock_recv_errqueue): RDS over TCP never queues
+  // anything there.
+  if (flags & MSG_ERRQUEUE) return RdsError(EAGAIN);
   if (msg.msg_iovlen > IOV_MAX) return RdsError(EMSGSIZE);
   std::vector<iovec> iov(msg.msg_iovlen);
   if (!iov.empty()) {
@@ -105,6 +126,8 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   std::optional<absl::Time> deadline;
   for (;;) {
     MessagePtr m;
+    std::optional<rds_cmsg_rx_trace> trace;
+    std::optional<rds_zcopy_cookies> cookies;
     RdsSocket::Timestamp ts_kind;
     std::optional<RdsEndpoint> bound;
     {
@@ -129,8 +152,32 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         m = rs.recv_queue.front();
         ts_kind = rs.timestamp;
         bound = rs.bound;
+        if (rs.rx_trace_count > 0) {
+          trace.emplace();
+          std::memset(&*trace, 0, sizeof(*trace));
+          trace->rx_traces = rs.rx_trace_count;
+          for (int i = 0; i < rs.rx_trace_count; ++i) trace->rx_trace_pos[i] = rs.rx_trace_pos[i];
+        }
+        if (rs.zerocopy && !rs.zcookies.empty() && !(flags & MSG_PEEK)) {
+          cookies = TakeCookies(rs);
+        }
       } else {
-        if (rs.nonblocking || (flags & MSG_DONTWAIT)) return RdsError(EAGAIN);
+        if (rs.nonblocking || (flags & MSG_DONTWAIT)) {
+          // rds_recvmsg_zcookie: with room for it, a pending zerocopy
+          // completion is returned instead of EAGAIN.
+          if (rs.zerocopy && !rs.zcookies.empty() && msg.msg_control != nullptr &&
+              msg.msg_controllen >= CMSG_SPACE(sizeof(rds_zcopy_cookies))) {
+            rds_zcopy_cookies done = TakeCookies(rs);
+            if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_ZCOPY_COMPLETION, &done, sizeof(done));
+                !s.ok()) {
+              return s;
+            }
+            rs.DrainTokensLocked(fd);
+            msg.msg_controllen = cmsg.used();
+            return 0;
+          }
+          return RdsError(EAGAIN);
+        }
         if (!deadline && rs.rcvtimeo != absl::InfiniteDuration()) {
           deadline = absl::Now() + rs.rcvtimeo;
         }
@@ -172,6 +219,23 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     }
     if (ts_kind != RdsSocket::Timestamp::kOff && m->received_at != absl::Time()) {
       if (absl::Status s = PutTimestamp(cmsg, ts_kind, m->received_at); !s.ok()) return s;
+    }
+    if (trace) {
+      m->rx_trace[3] = MonotonicNs();
+      for (int i = 0; i < trace->rx_traces; ++i) {
+        int j = trace->rx_trace_pos[i];
+        trace->rx_trace[i] = static_cast<uint64_t>(m->rx_trace[j + 1] - m->rx_trace[j]);
+      }
+      if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_RXPATH_LATENCY, &*trace, sizeof(*trace));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (cookies) {
+      if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_ZCOPY_COMPLETION, &*cookies, sizeof(*cookies));
+          !s.ok()) {
+        return s;
+      }
     }
     msg.msg_controllen = cmsg.used();
     if (!(flags & MSG_PEEK)) {

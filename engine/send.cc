@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -59,58 +60,154 @@ absl::Status ParseDestination(const msghdr& msg, RdsEndpoint* dest, sa_family_t*
   return RdsError(EINVAL);
 }
 
-// rds_rm_size / rds_cmsg_send for a transport without RDMA: every SOL_RDS
-// control message is checked; RDMA and atomics are not available on TCP.
-absl::Status CheckControl(const msghdr& msg, int flags) {
-  bool zcopy_cookie = false;
-  bool rdma = false;
-  int groups = 0;
-  if (msg.msg_controllen > 0) {
-    if (msg.msg_controllen > (1 << 20)) return RdsError(ENOBUFS);
-    std::vector<uint8_t> control(msg.msg_controllen);
-    if (absl::Status s = usercopy::FromUser(control.data(), msg.msg_control, control.size());
+// The application's control messages, copied once and walked as the kernel
+// walks them (for_each_cmsghdr with CMSG_OK: a malformed one is EINVAL).
+class ControlMessages {
+ public:
+  absl::Status Load(const msghdr& msg) {
+    msg_ = msg;
+    if (msg.msg_controllen == 0 || msg.msg_control == nullptr) {
+      msg_.msg_controllen = 0;
+      return absl::OkStatus();
+    }
+    if (msg.msg_controllen > (1u << 20)) return RdsError(ENOBUFS);
+    bytes_.resize(msg.msg_controllen);
+    if (absl::Status s = usercopy::FromUser(bytes_.data(), msg.msg_control, bytes_.size());
         !s.ok()) {
       return s;
     }
-    msghdr local = msg;
-    local.msg_control = control.data();
-    for (cmsghdr* c = CMSG_FIRSTHDR(&local); c != nullptr; c = CMSG_NXTHDR(&local, c)) {
-      if (c->cmsg_len < sizeof(cmsghdr) ||
-          c->cmsg_len > local.msg_controllen - (reinterpret_cast<uint8_t*>(c) - control.data())) {
+    msg_.msg_control = bytes_.data();
+    return absl::OkStatus();
+  }
+
+  // Calls fn(cmsg) for each SOL_RDS control message; stops at the first error.
+  template <typename F>
+  absl::Status ForEachRds(F&& fn) {
+    if (msg_.msg_controllen == 0) return absl::OkStatus();
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg_); c != nullptr; c = CMSG_NXTHDR(&msg_, c)) {
+      size_t offset = reinterpret_cast<uint8_t*>(c) - bytes_.data();
+      if (c->cmsg_len < sizeof(cmsghdr) || c->cmsg_len > msg_.msg_controllen - offset) {
         return RdsError(EINVAL);
       }
       if (c->cmsg_level != SOL_RDS) continue;
-      switch (c->cmsg_type) {
-        case RDS_CMSG_ZCOPY_COOKIE:
-          zcopy_cookie = true;
-          groups |= 1;
-          break;
-        case RDS_CMSG_RDMA_DEST:
-        case RDS_CMSG_RDMA_MAP:
-          rdma = true;
-          groups |= 1;
-          break;
-        case RDS_CMSG_RDMA_ARGS:
-        case RDS_CMSG_ATOMIC_CSWP:
-        case RDS_CMSG_ATOMIC_FADD:
-        case RDS_CMSG_MASKED_ATOMIC_CSWP:
-        case RDS_CMSG_MASKED_ATOMIC_FADD:
-          rdma = true;
-          groups |= 2;
-          break;
-        default:
-          return RdsError(EINVAL);
+      if (absl::Status s = fn(*c); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  msghdr msg_{};
+  std::vector<uint8_t> bytes_;
+};
+
+template <typename T>
+absl::Status CmsgPayload(const cmsghdr& c, T* out) {
+  if (c.cmsg_len < CMSG_LEN(sizeof(T))) return RdsError(EINVAL);
+  std::memcpy(out, CMSG_DATA(&c), sizeof(T));
+  return absl::OkStatus();
+}
+
+// rds_rdma_bytes: the RDMA byte count that counts against RDS_MAX_MSG_SIZE.
+absl::StatusOr<uint64_t> RdmaBytes(ControlMessages& cm) {
+  uint64_t bytes = 0;
+  absl::Status s = cm.ForEachRds([&](const cmsghdr& c) -> absl::Status {
+    if (c.cmsg_type != RDS_CMSG_RDMA_ARGS) return absl::OkStatus();
+    rds_rdma_args args;
+    if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
+    bytes += args.remote_vec.bytes;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return bytes;
+}
+
+// rds_rm_size: the shape of the control messages. Sets *has_cookie.
+absl::Status CheckControlShape(ControlMessages& cm, int flags, bool* has_cookie) {
+  int groups = 0;
+  *has_cookie = false;
+  absl::Status s = cm.ForEachRds([&](const cmsghdr& c) -> absl::Status {
+    switch (c.cmsg_type) {
+      case RDS_CMSG_RDMA_ARGS: {
+        rds_rdma_args args;
+        if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
+        if (args.nr_local == 0) return RdsError(EINVAL);
+        if (args.nr_local > 1024) return RdsError(EMSGSIZE);  // UIO_MAXIOV
+        std::vector<rds_iovec> local(args.nr_local);
+        if (absl::Status s = usercopy::FromUser(
+                local.data(), reinterpret_cast<const void*>(args.local_vec_addr),
+                local.size() * sizeof(rds_iovec));
+            !s.ok()) {
+          return s;
+        }
+        for (const rds_iovec& v : local) {
+          // rds_pages_in_vec: an empty or wrapping vector has no pages.
+          if (v.addr + v.bytes <= v.addr || v.bytes > UINT32_MAX) return RdsError(EINVAL);
+        }
+        groups |= 2;
+        return absl::OkStatus();
+      }
+      case RDS_CMSG_ZCOPY_COOKIE:
+        *has_cookie = true;
+        groups |= 1;
+        return absl::OkStatus();
+      case RDS_CMSG_RDMA_DEST:
+      case RDS_CMSG_RDMA_MAP:
+        groups |= 1;
+        return absl::OkStatus();
+      case RDS_CMSG_ATOMIC_CSWP:
+      case RDS_CMSG_ATOMIC_FADD:
+      case RDS_CMSG_MASKED_ATOMIC_CSWP:
+      case RDS_CMSG_MASKED_ATOMIC_FADD:
+        groups |= 2;
+        return absl::OkStatus();
+      default:
+        return RdsError(EINVAL);
+    }
+  });
+  if (!s.ok()) return s;
+  if ((flags & MSG_ZEROCOPY) && !*has_cookie) return RdsError(EINVAL);
+  if (groups == 3) return RdsError(EINVAL);
+  return absl::OkStatus();
+}
+
+// rds_cmsg_send for a transport with neither memory registration, RDMA nor
+// atomics (TCP). Returns the zerocopy cookie, if any.
+absl::StatusOr<std::optional<uint32_t>> ApplyControl(ControlMessages& cm, bool zcopy) {
+  std::optional<uint32_t> cookie;
+  bool unsupported_op = false;
+  absl::Status s = cm.ForEachRds([&](const cmsghdr& c) -> absl::Status {
+    switch (c.cmsg_type) {
+      case RDS_CMSG_RDMA_ARGS:
+        unsupported_op = true;  // no xmit_rdma: EOPNOTSUPP once all are parsed
+        return absl::OkStatus();
+      case RDS_CMSG_RDMA_DEST: {
+        uint64_t key;
+        if (absl::Status s = CmsgPayload(c, &key); !s.ok()) return s;
+        return RdsError(EINVAL);  // no memory region has that key
+      }
+      case RDS_CMSG_RDMA_MAP: {
+        rds_get_mr_args args;
+        if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
+        return RdsError(EOPNOTSUPP);  // no get_mr
+      }
+      case RDS_CMSG_ZCOPY_COOKIE: {
+        uint32_t v;
+        if (!zcopy) return RdsError(EINVAL);  // no zerocopy notifier
+        if (absl::Status s = CmsgPayload(c, &v); !s.ok()) return s;
+        cookie = v;
+        return absl::OkStatus();
+      }
+      default: {  // atomics
+        rds_atomic_args args;
+        if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
+        unsupported_op = true;  // no xmit_atomic
+        return absl::OkStatus();
       }
     }
-  }
-  if ((flags & MSG_ZEROCOPY) && !zcopy_cookie) return RdsError(EINVAL);
-  if (groups == 3) return RdsError(EINVAL);
-  if (rdma) return RdsError(EOPNOTSUPP);  // no RDMA over TCP (no xmit_rdma / get_mr)
-  if (flags & MSG_ZEROCOPY) {
-    log::Warn("MSG_ZEROCOPY is not supported by rds-preload; the send fails with EOPNOTSUPP");
-    return RdsError(EOPNOTSUPP);
-  }
-  return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (unsupported_op) return RdsError(EOPNOTSUPP);
+  return cookie;
 }
 
 }  // namespace
@@ -145,6 +242,9 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
 
   RdsEndpoint source;
   absl::Duration sndtimeo;
+  size_t sndbuf;
+  bool zcopy;
+  int transport;
   {
     absl::MutexLock lock(&rs.mu);
     if (rs.released) return RdsError(EBADF);
@@ -156,16 +256,30 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     source = *rs.bound;
     if (named) {
       if (source.addr.IsV4Mapped() != dest.addr.IsV4Mapped()) return RdsError(EOPNOTSUPP);
-      if (source.addr.IsLinkLocal() && dest.addr.IsLinkLocal() &&
-          source.addr.scope_id != dest.addr.scope_id) {
-        return RdsError(EINVAL);
+      // A link-local binding only reaches the same link; unscoped
+      // destinations inherit the bound scope.
+      if (dest.addr.scope_id != source.addr.scope_id) {
+        if (dest.addr.scope_id == 0) {
+          if (dest.addr.IsLinkLocal()) dest.addr.scope_id = source.addr.scope_id;
+        } else if (source.addr.scope_id != 0) {
+          return RdsError(EINVAL);
+        }
       }
     }
-    if (len > wire::kMaxMessageSize) return RdsError(EMSGSIZE);
-    if (len > static_cast<size_t>(rs.RdsSndbuf())) return RdsError(EMSGSIZE);
     sndtimeo = rs.sndtimeo;
+    sndbuf = static_cast<size_t>(rs.RdsSndbuf());
+    zcopy = (flags & MSG_ZEROCOPY) && rs.zerocopy;
+    transport = rs.transport;
   }
-  if (absl::Status s = CheckControl(msg, flags); !s.ok()) return s;
+  ControlMessages cm;
+  if (absl::Status s = cm.Load(msg); !s.ok()) return s;
+  absl::StatusOr<uint64_t> rdma_bytes = RdmaBytes(cm);
+  if (!rdma_bytes.ok()) return rdma_bytes.status();
+  if (std::max<uint64_t>(len, *rdma_bytes) > wire::kMaxMessageSize) return RdsError(EMSGSIZE);
+  if (len > sndbuf) return RdsError(EMSGSIZE);
+  if (zcopy && transport != kTransTcp) return RdsError(EOPNOTSUPP);
+  bool has_cookie;
+  if (absl::Status s = CheckControlShape(cm, flags, &has_cookie); !s.ok()) return s;
 
   auto m = std::make_shared<Message>();
   m->payload = Payload(len);
@@ -174,6 +288,9 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     return s;
   }
   stats::Add(stats::kCopyFromUser, len);
+  absl::StatusOr<std::optional<uint32_t>> cookie = ApplyControl(cm, zcopy);
+  if (!cookie.ok()) return cookie.status();
+  m->zcopy_cookie = *cookie;
   m->header.len = static_cast<uint32_t>(len);
   m->header.sport = source.port;
   m->header.dport = dest.port;
@@ -225,7 +342,14 @@ void ReleaseSendSpace(Message& m) {
     absl::MutexLock lock(&rs.mu);
     size_t n = m.payload.size();
     rs.snd_bytes = rs.snd_bytes >= n ? rs.snd_bytes - n : 0;
-    rs.WakeWaitersLocked();
+    if (m.zcopy_cookie && !rs.released) {
+      // The message is done with the application's buffer: its zerocopy
+      // completion is reported (rds_rm_zerocopy_callback).
+      rs.zcookies.push_back(*m.zcopy_cookie);
+      rs.NotifyLocked(/*arrival=*/true);
+    } else {
+      rs.WakeWaitersLocked();
+    }
   }
   m.sender.reset();
 }

@@ -105,11 +105,13 @@ absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared
   }
   if (absl::Status s = HostRegistry::Get().ClaimSocket(id); !s.ok()) return s;
   auto rs = std::make_shared<RdsSocket>(id, std::move(ns), nonblocking);
-  absl::MutexLock lock(&rs->mu);
   struct stat st;
   if (fstat(fd, &st) == 0) rs->inode = st.st_ino;
-  rs->sk_sndbuf = have[0];
-  rs->sk_rcvbuf = have[1];
+  {
+    absl::MutexLock lock(&rs->mu);
+    rs->sk_sndbuf = have[0];
+    rs->sk_rcvbuf = have[1];
+  }
   stats::Inc(stats::kShimSocketsCreated);
   {
     absl::MutexLock list_lock(&socket_list->mu);

@@ -78,6 +78,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   bool has_sent ABSL_GUARDED_BY(mu) = false;  // kernel: rs_conn cached
 
   std::deque<MessagePtr> recv_queue ABSL_GUARDED_BY(mu);
+  std::deque<uint32_t> zcookies ABSL_GUARDED_BY(mu);  // zerocopy completions to report
   size_t rcv_bytes ABSL_GUARDED_BY(mu) = 0;
   size_t snd_bytes ABSL_GUARDED_BY(mu) = 0;
 
@@ -88,7 +89,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   int RdsSndbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_sndbuf / 2; }
   int RdsRcvbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_rcvbuf / 2; }
   bool Readable() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
-    return !recv_queue.empty() || cong_notify != 0;
+    return !recv_queue.empty() || cong_notify != 0 || !zcookies.empty();
   }
 
   // Wakes every waiter and, for an epoll-watched socket, raises readiness.

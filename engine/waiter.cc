@@ -1,8 +1,13 @@
-// engine/waiter.cc — per-thread eventfd sleeping with socket signal semantics.
+// engine/waiter.cc — per-thread timerfd sleeping with RDS's signal semantics.
+//
+// The wait object is a timerfd: a blocking read() of it returns -ERESTARTSYS
+// on a signal (restarted after an SA_RESTART handler, EINTR otherwise), as
+// rds_recvmsg and rds_sendmsg's waits do, with or without a timeout. The
+// deadline arms the timer; a waker makes it expire at once.
 #include "engine/waiter.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -12,49 +17,64 @@
 #include "engine/sys.h"
 
 namespace rds {
+namespace {
+
+int NewTimerFd() {
+  return sys::MakeInternal(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
+}
+
+void Arm(int fd, absl::Duration in) {
+  struct itimerspec its = {};
+  // A zero it_value would disarm: "now" is the smallest positive delay.
+  its.it_value = absl::ToTimespec(std::max(in, absl::Nanoseconds(1)));
+  timerfd_settime(fd, 0, &its, nullptr);
+}
+
+}  // namespace
 
 Waiter& Waiter::ForThisThread() {
   thread_local Waiter waiter;
   return waiter;
 }
 
-Waiter::Waiter() : fd_(sys::MakeInternal(sys::EventFd(0, EFD_CLOEXEC))) {}
+Waiter::Waiter() : fd_(NewTimerFd()) {}
 
 Waiter::~Waiter() { sys::CloseInternal(fd_); }
 
-void Waiter::Reopen() { fd_ = sys::MakeInternal(sys::EventFd(0, EFD_CLOEXEC)); }
+void Waiter::Reopen() {
+  fd_ = NewTimerFd();
+  woken_.store(false);
+}
 
 void Waiter::Wake() {
-  uint64_t one = 1;
-  sys::Write(fd_, &one, sizeof(one));
+  woken_.store(true, std::memory_order_seq_cst);
+  Arm(fd_, absl::ZeroDuration());
 }
 
 void Waiter::Reset() {
+  struct itimerspec off = {};
+  timerfd_settime(fd_, 0, &off, nullptr);
+  uint64_t v;
   struct pollfd p = {fd_, POLLIN, 0};
-  if (sys::Poll(&p, 1, 0) == 1) {
-    uint64_t v;
-    sys::Read(fd_, &v, sizeof(v));
-  }
+  if (sys::Poll(&p, 1, 0) == 1) sys::Read(fd_, &v, sizeof(v));
+  woken_.store(false);
 }
 
 absl::Status Waiter::Sleep(std::optional<absl::Time> deadline) {
-  uint64_t v;
-  if (!deadline) {
-    // A blocking read: the kernel restarts it after an SA_RESTART handler.
-    if (sys::Read(fd_, &v, sizeof(v)) < 0) {
-      return errno == EINTR ? RdsError(EINTR) : RdsError(EIO);
-    }
-    return absl::OkStatus();
+  if (deadline) {
+    absl::Duration left = *deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return RdsError(ETIMEDOUT);
+    Arm(fd_, left);
   }
-  absl::Duration left = *deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return RdsError(ETIMEDOUT);
-  int ms = static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
-  struct pollfd p = {fd_, POLLIN, 0};
-  int r = sys::Poll(&p, 1, ms);
-  if (r < 0) return errno == EINTR ? RdsError(EINTR) : RdsError(EIO);
-  if (r == 0) return absl::Now() >= *deadline ? RdsError(ETIMEDOUT) : absl::OkStatus();
-  sys::Read(fd_, &v, sizeof(v));
+  // A Wake() between registration and here re-armed the timer or set the
+  // flag; either way the read below does not sleep past it.
+  if (woken_.exchange(false, std::memory_order_seq_cst)) return absl::OkStatus();
+  uint64_t v;
+  if (sys::Read(fd_, &v, sizeof(v)) < 0) {
+    return errno == EINTR ? RdsError(EINTR) : RdsError(EIO);
+  }
+  woken_.store(false);
+  if (deadline && absl::Now() >= *deadline) return RdsError(ETIMEDOUT);
   return absl::OkStatus();
 }
 

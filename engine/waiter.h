@@ -1,17 +1,19 @@
 // engine/waiter.h — how a thread sleeps until an RDS socket changes.
 //
-// Each thread that blocks in an RDS call owns one Waiter: an eventfd it sleeps
-// on. A blocked call registers its Waiter with the socket(s) it waits for and
-// sleeps in a system call whose signal behaviour is a socket's (DESIGN.md
-// §2.2): without a timeout a blocking read() of the eventfd (restarted after
-// an SA_RESTART handler, EINTR otherwise); with a timeout poll() (EINTR on any
-// signal). Whoever changes a socket's state wakes its waiters.
+// Each thread that blocks in an RDS call owns one Waiter: a timerfd it sleeps
+// on with a blocking read(). A blocked call registers its Waiter with the
+// socket(s) it waits for; whoever changes a socket's state wakes its waiters.
+// The read has kernel RDS's signal behaviour (DESIGN.md §2.2): rds_recvmsg
+// and rds_sendmsg return -ERESTARTSYS from their waits, so a signal restarts
+// the call after an SA_RESTART handler and gives EINTR otherwise — with or
+// without SO_RCVTIMEO/SO_SNDTIMEO (unlike sockets that use sock_intr_errno).
 //
 // Thread-safety: Wake() is safe from any thread; Sleep() only on the owning
 // thread.
 #ifndef RDS_ENGINE_WAITER_H_
 #define RDS_ENGINE_WAITER_H_
 
+#include <atomic>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -28,13 +30,14 @@ class Waiter {
   void Wake();
   // Sleeps until woken, the deadline passes, or a signal arrives.
   // OK when woken (possibly spuriously), RdsError(ETIMEDOUT) at the deadline,
-  // RdsError(EINTR) for a signal that does not restart the call.
+  // RdsError(EINTR) for a signal whose handler lacks SA_RESTART.
   absl::Status Sleep(std::optional<absl::Time> deadline);
-  // Clears a pending wake-up.
+  // Clears a pending wake-up and disarms the timer.
   void Reset();
-  // Replaces the eventfd (in a fork child, whose inherited one was closed).
+  // Replaces the timerfd (in a fork child, whose inherited one was closed).
   void Reopen();
-  // The eventfd, for callers that add it to a wider poll() (interposed poll).
+  // The timerfd (readable once woken), for callers that add it to a wider
+  // poll() (interposed poll).
   int fd() const { return fd_; }
 
   Waiter(const Waiter&) = delete;
@@ -44,6 +47,7 @@ class Waiter {
  private:
   Waiter();
   int fd_;
+  std::atomic<bool> woken_{false};
 };
 
 }  // namespace rds

@@ -72,7 +72,6 @@ ssize_t RecvFrom(int fd, const FdEntry& e, void* buf, size_t n, int flags, socka
 }
 
 ssize_t RecvMsgUser(int fd, const FdEntry& e, msghdr* umsg, int flags) {
-  if (flags & MSG_ERRQUEUE) return rds::real::recvmsg(fd, umsg, flags);  // the generic queue
   return Run<ssize_t>(e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
     msghdr msg;
     if (absl::Status s = rds::usercopy::FromUser(&msg, umsg, sizeof(msg)); !s.ok()) return s;
@@ -201,10 +200,13 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
   return static_cast<int>(n);
 }
 
+// write(2) on a SOCK_SEQPACKET socket goes through sock_write_iter, which adds
+// MSG_EOR; rds_sendmsg rejects that flag, so write and writev always fail
+// with EOPNOTSUPP on an RDS socket.
 ssize_t write(int fd, const void* buf, size_t n) {
   auto e = Lookup(fd);
   if (!e) return rds::real::write(fd, buf, n);
-  return SendTo(*e, buf, n, 0, nullptr, 0);
+  return SendTo(*e, buf, n, MSG_EOR, nullptr, 0);
 }
 
 ssize_t writev(int fd, const iovec* iov, int n) {
@@ -214,7 +216,7 @@ ssize_t writev(int fd, const iovec* iov, int n) {
   msghdr msg = {};
   msg.msg_iov = const_cast<iovec*>(iov);
   msg.msg_iovlen = static_cast<size_t>(n);
-  return Run<ssize_t>(*e, [&](RdsSocket& rs) { return rds::SendMsg(rs, msg, 0); });
+  return Run<ssize_t>(*e, [&](RdsSocket& rs) { return rds::SendMsg(rs, msg, MSG_EOR); });
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {

@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/socket.h"
+#include "engine/usercopy.h"
 #include "engine/waiter.h"
 #include "preload/errno_policy.h"
 #include "preload/fd_table.h"
@@ -117,22 +118,57 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
   }
 }
 
-bool HasRdsFd(const pollfd* fds, nfds_t n) {
-  if (!rds::preload::AnyRds()) return false;
-  for (nfds_t i = 0; i < n; ++i) {
-    if (rds::preload::MaybeRds(fds[i].fd)) return true;
+// The application's pollfd array, copied in when it names an RDS fd.
+// nullopt: no RDS fd, or unreadable memory (libc's poll then reports EFAULT).
+std::optional<std::vector<pollfd>> CopyInIfRds(const pollfd* fds, nfds_t n) {
+  if (!rds::preload::AnyRds() || n == 0 || n > (1u << 20)) return std::nullopt;
+  std::vector<pollfd> local(n);
+  if (!rds::usercopy::FromUser(local.data(), fds, n * sizeof(pollfd)).ok()) return std::nullopt;
+  for (const pollfd& p : local) {
+    if (rds::preload::MaybeRds(p.fd)) return local;
   }
-  return false;
+  return std::nullopt;
 }
 
-bool HasRdsFdInSets(int nfds, fd_set* r, fd_set* w, fd_set* e) {
-  if (!rds::preload::AnyRds()) return false;
-  for (int fd = 0; fd < nfds && fd < FD_SETSIZE; ++fd) {
-    if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) {
-      if (rds::preload::MaybeRds(fd)) return true;
+int PollLocal(std::vector<pollfd>& local, pollfd* user, const struct timespec* timeout,
+              const sigset_t* mask) {
+  int r = PollCore(local.data(), local.size(), timeout, mask);
+  if (r >= 0 && !rds::usercopy::ToUser(user, local.data(), local.size() * sizeof(pollfd)).ok()) {
+    return rds::preload::Fail<int>(EFAULT);
+  }
+  return r;
+}
+
+// The three fd_sets, copied in (kernel: the first nfds bits, in longs).
+struct FdSets {
+  fd_set r, w, e;
+};
+std::optional<FdSets> CopySetsInIfRds(int nfds, fd_set* r, fd_set* w, fd_set* e) {
+  if (!rds::preload::AnyRds() || nfds <= 0) return std::nullopt;
+  int limit = std::min(nfds, FD_SETSIZE);
+  size_t bytes = ((limit + 63) / 64) * 8;
+  FdSets sets;
+  FD_ZERO(&sets.r);
+  FD_ZERO(&sets.w);
+  FD_ZERO(&sets.e);
+  for (auto [user, local] : {std::pair{r, &sets.r}, {w, &sets.w}, {e, &sets.e}}) {
+    if (user && !rds::usercopy::FromUser(local, user, bytes).ok()) return std::nullopt;
+  }
+  for (int fd = 0; fd < limit; ++fd) {
+    if ((r && FD_ISSET(fd, &sets.r)) || (w && FD_ISSET(fd, &sets.w)) ||
+        (e && FD_ISSET(fd, &sets.e))) {
+      if (rds::preload::MaybeRds(fd)) return sets;
     }
   }
-  return false;
+  return std::nullopt;
+}
+
+bool CopySetsOut(int nfds, const FdSets& sets, fd_set* r, fd_set* w, fd_set* e) {
+  size_t bytes = ((std::min(nfds, FD_SETSIZE) + 63) / 64) * 8;
+  for (auto [user, local] : {std::pair{r, &sets.r}, {w, &sets.w}, {e, &sets.e}}) {
+    if (user && !rds::usercopy::ToUser(user, local, bytes).ok()) return false;
+  }
+  return true;
 }
 
 // select() expressed as poll(), with the kernel's POLLIN_SET/POLLOUT_SET/POLLEX_SET.
@@ -176,10 +212,11 @@ int SelectCore(int nfds, fd_set* r, fd_set* w, fd_set* e, const struct timespec*
 extern "C" {
 
 int poll(pollfd* fds, nfds_t n, int timeout) {
-  if (!HasRdsFd(fds, n)) return rds::real::poll(fds, n, timeout);
+  auto local = CopyInIfRds(fds, n);
+  if (!local) return rds::real::poll(fds, n, timeout);
   struct timespec ts;
   if (timeout >= 0) ts = {timeout / 1000, (timeout % 1000) * 1000000L};
-  return PollCore(fds, n, timeout >= 0 ? &ts : nullptr, nullptr);
+  return PollLocal(*local, fds, timeout >= 0 ? &ts : nullptr, nullptr);
 }
 
 int __poll_chk(pollfd* fds, nfds_t n, int timeout, size_t fdslen) {
@@ -188,8 +225,20 @@ int __poll_chk(pollfd* fds, nfds_t n, int timeout, size_t fdslen) {
 }
 
 int ppoll(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask) {
-  if (!HasRdsFd(fds, n)) return rds::real::ppoll(fds, n, timeout, mask);
-  return PollCore(fds, n, timeout, mask);
+  auto local = CopyInIfRds(fds, n);
+  if (!local) return rds::real::ppoll(fds, n, timeout, mask);
+  struct timespec ts;
+  if (timeout != nullptr) {
+    if (!rds::usercopy::FromUser(&ts, timeout, sizeof(ts)).ok()) return rds::preload::Fail<int>(EFAULT);
+    if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000L) {
+      return rds::preload::Fail<int>(EINVAL);
+    }
+  }
+  sigset_t set;
+  if (mask != nullptr && !rds::usercopy::FromUser(&set, mask, sizeof(set)).ok()) {
+    return rds::preload::Fail<int>(EFAULT);
+  }
+  return PollLocal(*local, fds, timeout ? &ts : nullptr, mask ? &set : nullptr);
 }
 
 int __ppoll_chk(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask,
@@ -199,25 +248,43 @@ int __ppoll_chk(pollfd* fds, nfds_t n, const struct timespec* timeout, const sig
 }
 
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, struct timeval* timeout) {
-  if (!HasRdsFdInSets(nfds, r, w, e)) return rds::real::select(nfds, r, w, e, timeout);
+  auto sets = CopySetsInIfRds(nfds, r, w, e);
+  if (!sets) return rds::real::select(nfds, r, w, e, timeout);
   std::optional<absl::Time> deadline;
   struct timespec ts;
   if (timeout != nullptr) {
-    if (timeout->tv_sec < 0 || timeout->tv_usec < 0) return rds::preload::Fail<int>(EINVAL);
-    ts = {timeout->tv_sec, timeout->tv_usec * 1000};
+    struct timeval tv;
+    if (!rds::usercopy::FromUser(&tv, timeout, sizeof(tv)).ok()) return rds::preload::Fail<int>(EFAULT);
+    if (tv.tv_sec < 0 || tv.tv_usec < 0) return rds::preload::Fail<int>(EINVAL);
+    ts = {tv.tv_sec, tv.tv_usec * 1000};
     deadline = absl::Now() + absl::DurationFromTimespec(ts);
   }
-  int n = SelectCore(nfds, r, w, e, timeout ? &ts : nullptr, nullptr);
+  int n = SelectCore(nfds, r ? &sets->r : nullptr, w ? &sets->w : nullptr, e ? &sets->e : nullptr,
+                     timeout ? &ts : nullptr, nullptr);
+  if (n >= 0 && !CopySetsOut(nfds, *sets, r, w, e)) return rds::preload::Fail<int>(EFAULT);
   if (timeout != nullptr) {  // Linux select reports the time left
-    *timeout = absl::ToTimeval(std::max(*deadline - absl::Now(), absl::ZeroDuration()));
+    struct timeval left = absl::ToTimeval(std::max(*deadline - absl::Now(), absl::ZeroDuration()));
+    rds::usercopy::ToUser(timeout, &left, sizeof(left)).IgnoreError();
   }
   return n;
 }
 
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const struct timespec* timeout,
             const sigset_t* mask) {
-  if (!HasRdsFdInSets(nfds, r, w, e)) return rds::real::pselect(nfds, r, w, e, timeout, mask);
-  return SelectCore(nfds, r, w, e, timeout, mask);
+  auto sets = CopySetsInIfRds(nfds, r, w, e);
+  if (!sets) return rds::real::pselect(nfds, r, w, e, timeout, mask);
+  struct timespec ts;
+  if (timeout != nullptr && !rds::usercopy::FromUser(&ts, timeout, sizeof(ts)).ok()) {
+    return rds::preload::Fail<int>(EFAULT);
+  }
+  sigset_t set;
+  if (mask != nullptr && !rds::usercopy::FromUser(&set, mask, sizeof(set)).ok()) {
+    return rds::preload::Fail<int>(EFAULT);
+  }
+  int n = SelectCore(nfds, r ? &sets->r : nullptr, w ? &sets->w : nullptr, e ? &sets->e : nullptr,
+                     timeout ? &ts : nullptr, mask ? &set : nullptr);
+  if (n >= 0 && !CopySetsOut(nfds, *sets, r, w, e)) return rds::preload::Fail<int>(EFAULT);
+  return n;
 }
 
 }  // extern "C"

@@ -26,7 +26,9 @@ constexpr int kTypeFlags = SOCK_NONBLOCK | SOCK_CLOEXEC;
 // What socket(2) checks before the RDS family's create: flag bits (EINVAL),
 // then rds_create: SOCK_SEQPACKET with protocol 0 only.
 int CheckRdsType(int type, int protocol) {
+  constexpr int kSockMax = SOCK_PACKET + 1;
   if (type & ~(0xf | kTypeFlags)) return EINVAL;
+  if ((type & 0xf) >= kSockMax) return EINVAL;
   if ((type & ~kTypeFlags) != SOCK_SEQPACKET || protocol != 0) return ESOCKTNOSUPPORT;
   return 0;
 }

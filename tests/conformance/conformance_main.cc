@@ -116,16 +116,19 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
 
   int rc = 1;
-  bool loaded = CheckPreloadMapped();
-  if (loaded) {
+  // Listing the tests needs no shim.
+  bool listing = testing::GTEST_FLAG(list_tests);
+  bool loaded = listing || CheckPreloadMapped();
+  if (loaded && !listing) {
     int probe = socket(AF_RDS, SOCK_SEQPACKET, 0);
     if (probe < 0) {
       int e = errno;
       if (e == EAFNOSUPPORT) {
         fprintf(stderr,
                 "conformance: FATAL: socket(AF_RDS, SOCK_SEQPACKET, 0) failed with EAFNOSUPPORT:\n"
-                "  librds_preload.so is not loaded (run with LD_PRELOAD=.../librds_preload.so,\n"
-                "  e.g. through 'meson test --suite conformance').\n");
+                "  the RDS shim is not active. Run with LD_PRELOAD=.../librds_preload.so\n"
+                "  (e.g. 'meson test --suite conformance'); LD_PRELOAD is '%s'.\n",
+                getenv("LD_PRELOAD") ? getenv("LD_PRELOAD") : "");
       } else {
         fprintf(stderr, "conformance: FATAL: socket(AF_RDS, SOCK_SEQPACKET, 0) failed: %s (%d)\n",
                 strerror(e), e);

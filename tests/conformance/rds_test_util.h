@@ -295,6 +295,24 @@ inline uint16_t UnusedPort4() {
 // ---------------------------------------------------------------------------------------------
 // Data path
 
+// Two sockets bound to 127.0.0.1 with random ports: s sends to r (at address `to`). Not
+// connected.
+struct Pair {
+  Fd s;
+  Fd r;
+  sockaddr_in to{};
+  bool ok() const { return s.ok() && r.ok(); }
+};
+
+inline Pair MakePair(const BindOpts& so = {}, const BindOpts& ro = {}) {
+  Pair p;
+  p.s = Bound4("127.0.0.1", 0, so);
+  p.r = Bound4("127.0.0.1", 0, ro);
+  if (p.r.ok()) p.to = Name4(p.r.get());
+  return p;
+}
+
+
 inline ssize_t SendTo(int fd, const void* buf, size_t len, const sockaddr* to, socklen_t tolen,
                       int flags = 0) {
   return ::sendto(fd, buf, len, flags, to, tolen);
@@ -644,14 +662,27 @@ class StoppedPeer {
     socklen_t len = sizeof me;
     if (::getsockname(s, SA(&me), &len) != 0) _exit(12);
     uint16_t port = ntohs(me.sin_port);
-    if (::write(wfd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) _exit(13);
-    raise(SIGSTOP);
-    timeval tv{1, 0};
+    // Make sure this process's RDS machinery is fully up (a message to itself goes through)
+    // before it stops, so the stop freezes a working peer rather than a half-started one.
+    timeval tv{5, 0};
     ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     static char buf[1 << 20];
+    if (::sendto(s, "up", 2, 0, SA(&me), sizeof me) != 2) _exit(14);
+    if (::recv(s, buf, sizeof buf, 0) != 2) _exit(15);
+    if (::write(wfd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) _exit(13);
+    raise(SIGSTOP);
+    tv = timeval{1, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     uint32_t count = 0;
-    while (::recv(s, buf, sizeof buf, 0) >= 0) ++count;
-    if (::write(wfd, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) _exit(14);
+    for (;;) {
+      ssize_t r = ::recv(s, buf, sizeof buf, 0);
+      if (r >= 0) {
+        ++count;
+      } else if (errno != EINTR) {
+        break;  // ETIMEDOUT: one second without a message
+      }
+    }
+    if (::write(wfd, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) _exit(16);
     _exit(0);
   }
 
@@ -684,14 +715,14 @@ enum class FillResult { kFilled, kNeverFilled, kError };
 
 // Sends `msg_size`-byte messages from `fd` to `to` with MSG_DONTWAIT until the send buffer is
 // full and stays full: EAGAIN, then again EAGAIN after a 200 ms pause. Deliberately does not use
-// poll() (which is under test). Gives up (kNeverFilled) after 64 MiB or 15 s. `*sent` counts the
+// poll() (which is under test). Gives up (kNeverFilled) after 16 MiB or 4 s. `*sent` counts the
 // messages accepted.
 inline FillResult FillSendBuffer(int fd, const sockaddr_in& to, size_t msg_size,
                                  long* sent = nullptr) {
   std::string payload = Payload(msg_size, 9);
   size_t total = 0;
   long count = 0;
-  auto deadline = Clock::now() + std::chrono::seconds(15);
+  auto deadline = Clock::now() + std::chrono::seconds(4);
   bool paused_once = false;
   for (;;) {
     ssize_t r = SendTo(fd, payload, to, MSG_DONTWAIT);
@@ -699,7 +730,7 @@ inline FillResult FillSendBuffer(int fd, const sockaddr_in& to, size_t msg_size,
       total += static_cast<size_t>(r);
       ++count;
       paused_once = false;
-      if (total > (64u << 20) || Clock::now() > deadline) {
+      if (total > (16u << 20) || Clock::now() > deadline) {
         if (sent) *sent = count;
         return FillResult::kNeverFilled;
       }
@@ -779,6 +810,79 @@ inline bool Congest(int sender, int receiver, int rds_rcvbuf) {
   }
   SleepMs(kSettleMs);
   return true;
+}
+
+// §B.5: s (TCP transport, RDS_CONG_MONITOR on) gets ENOBUFS towards r's congested port, then r
+// is drained below half its rcvbuf; the resulting map update turns s's monitor mask into a
+// pending notification for r's port. Use with ASSERT_NO_FATAL_FAILURE.
+inline void MakeCongNotificationPending(Fd* s_out, Fd* r_out, uint16_t* port_out) {
+  Fd s = TcpTransportSender();
+  Fd r = TcpTransportReceiver(4096);
+  ASSERT_TRUE(s.ok() && r.ok());
+  ASSERT_TRUE(SetInt(s.get(), SOL_RDS, RDS_CONG_MONITOR, 1));
+  ASSERT_TRUE(Congest(s.get(), r.get(), 4096));
+  sockaddr_in to = Name4(r.get());
+  errno = 0;
+  ssize_t rc = SendTo(s.get(), std::string("y"), to, MSG_DONTWAIT);
+  int e = errno;
+  ASSERT_EQ(rc, -1);
+  ASSERT_EQ(e, ENOBUFS) << ErrnoName(e);
+  // Nothing pending yet: the mask only turns into a notification on the next map update.
+  Received none = RecvOnce(s.get(), 16, MSG_DONTWAIT, 64);
+  ASSERT_EQ(none.n, -1) << "notification before uncongestion";
+  ASSERT_EQ(none.err, EAGAIN);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(RecvWithin(r.get()).n, 1024);  // below half: update
+  SleepMs(kSettleMs);
+  *port_out = LocalPort(r.get());
+  *s_out = std::move(s);
+  *r_out = std::move(r);
+}
+
+// A control buffer built from cmsgs.
+class Cmsgs {
+ public:
+  void AddRaw(int level, int type, const void* data, size_t len) {
+    size_t off = buf_.size();
+    buf_.resize(off + CMSG_SPACE(len), 0);
+    auto* c = reinterpret_cast<cmsghdr*>(buf_.data() + off);
+    c->cmsg_level = level;
+    c->cmsg_type = type;
+    c->cmsg_len = CMSG_LEN(len);
+    if (len) memcpy(CMSG_DATA(c), data, len);
+  }
+  template <class T>
+  void Add(int level, int type, const T& v) {
+    AddRaw(level, type, &v, sizeof v);
+  }
+  void* data() { return buf_.empty() ? nullptr : buf_.data(); }
+  size_t size() const { return buf_.size(); }
+
+ private:
+  std::vector<char> buf_;
+};
+
+// §A.4 step 7 / §A.5: a zerocopy send (SO_ZEROCOPY + MSG_ZEROCOPY + RDS_CMSG_ZCOPY_COOKIE) from a
+// TCP-transport socket s to r. Once r has consumed (and so released) the message, the
+// completion cookie is queued on s. Use with ASSERT_NO_FATAL_FAILURE.
+inline void MakeZerocopyCompletionPending(Fd* s_out, Fd* r_out, uint32_t cookie) {
+  Fd s = TcpTransportSender();
+  Fd r = TcpTransportReceiver(65536);
+  ASSERT_TRUE(s.ok() && r.ok());
+  ASSERT_TRUE(SetInt(s.get(), SOL_SOCKET, SO_ZEROCOPY, 1));
+  alignas(4096) static char page[4096];
+  memset(page, 'z', sizeof page);
+  Cmsgs c;
+  c.Add(SOL_RDS, RDS_CMSG_ZCOPY_COOKIE, cookie);
+  sockaddr_in to = Name4(r.get());
+  errno = 0;
+  ssize_t n = SendMsg(s.get(), page, sizeof page, &to, sizeof to, MSG_ZEROCOPY, c.data(), c.size());
+  int e = errno;
+  ASSERT_EQ(n, static_cast<ssize_t>(sizeof page)) << "zerocopy send: " << ErrnoName(e);
+  Received m = RecvWithin(r.get());
+  ASSERT_EQ(m.n, static_cast<ssize_t>(sizeof page)) << ErrnoName(m.err);
+  EXPECT_EQ(m.data, std::string(sizeof page, 'z'));
+  *s_out = std::move(s);
+  *r_out = std::move(r);
 }
 
 }  // namespace rdstest

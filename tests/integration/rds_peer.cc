@@ -31,6 +31,7 @@
 //
 // Exit status: 0 ok, 1 usage/setup, 2 preload not loaded, 3 timeout, 4 bind failed,
 //              5 verification errors or extra messages, 6 send buffer cannot hold --max-size.
+// Debugging: RDS_PEER_TRACE_DIR=dir logs every send and receive to dir/trace-<pid>.txt.
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -259,14 +260,27 @@ struct RxStream {
 };
 
 Options opt;
+// RDS_PEER_TRACE_DIR=dir: every successful send and every receive is logged (line-buffered) to
+// dir/trace-<pid>.txt -- for debugging a failure, not used by the drivers.
+FILE *trace_file = nullptr;
+std::mutex trace_mu;
+void trace(const char *dir, Addr peer, uint64_t seq, size_t size, const uint8_t *data) {
+  if (!trace_file) return;
+  std::lock_guard<std::mutex> lock(trace_mu);
+  long long hseq = size >= kHdrSize && memcmp(data, "RDSp", 4) == 0 ? (long long)get_le(data + 16, 8) : -1;
+  fprintf(trace_file, "%s %s seq %llu size %zu payload-seq %lld\n", dir, peer.str().c_str(),
+          (unsigned long long)seq, size, hseq);
+}
 int fd = -1;
 Addr me;
 double deadline;
 std::vector<std::unique_ptr<TxStream>> tx;  // current session
 std::map<uint64_t, std::unique_ptr<RxStream>> rx;
+std::mutex rx_mu;  // the receiver (thread) vs. summaries printed on timeout
 std::atomic<uint64_t> sent_total{0}, rx_total{0}, extra_total{0}, errors{0};
 volatile sig_atomic_t usr1 = 0;
 std::vector<uint8_t> rbuf, ebuf, sbuf;
+bool session_active = false;
 
 void fail_setup(const char *what) {
   say("fatal %s %s", what, errname(errno));
@@ -282,6 +296,7 @@ void on_message(Addr src, const uint8_t *data, size_t len, int flags, socklen_t 
     errors++;
     say("error rx bad-msg_name namelen %u family %d", namelen, family);
   }
+  std::lock_guard<std::mutex> lock(rx_mu);
   rx_total++;
   auto &slot = rx[src.key()];
   if (!slot) {
@@ -328,8 +343,29 @@ void on_message(Addr src, const uint8_t *data, size_t len, int flags, socklen_t 
       }
       why = b;
     } else {
+      // Too short to carry the header: look for the message among the neighbouring seqs.
       why = "unrecognised payload of " + std::to_string(len) + " bytes (expected " +
             std::to_string(esize) + ")";
+      for (uint64_t d = 1; d <= 64; d++) {
+        for (int sign : {1, -1}) {
+          if (sign < 0 && d > seq) continue;
+          uint64_t g = sign > 0 ? seq + d : seq - d;
+          size_t gs = msg_size(opt.seed, src, me, g, opt.max_size);
+          if (gs != len) continue;
+          fill_msg(ebuf.data(), gs, opt.seed, src, me, g);
+          if (memcmp(data, ebuf.data(), len) != 0) continue;
+          char b[160];
+          if (sign > 0)
+            snprintf(b, sizeof b, "LOST seq %llu..%llu (got the %zu-byte message seq %llu)",
+                     (unsigned long long)seq, (unsigned long long)g - 1, len, (unsigned long long)g);
+          else
+            snprintf(b, sizeof b, "DUPLICATE or REORDERED: got the %zu-byte message seq %llu", len,
+                     (unsigned long long)g);
+          why = b;
+          d = 65;
+          break;
+        }
+      }
     }
     if (!why.empty()) {
       s.broken = true;
@@ -338,6 +374,7 @@ void on_message(Addr src, const uint8_t *data, size_t len, int flags, socklen_t 
           (unsigned long long)seq, why.c_str());
     }
   }
+  trace("rx", src, seq, len, data);
   s.sha.add_message(data, len);
   s.count++;
 }
@@ -388,6 +425,7 @@ int send_next(size_t d) {
     say("fatal short-send %zd of %zu", n, prepared.size);
     exit(1);
   }
+  trace("tx", t.dst, t.sent, prepared.size, sbuf.data());
   t.sha.add_message(sbuf.data(), prepared.size);
   t.sent++;
   sent_total++;
@@ -437,6 +475,7 @@ void print_summary() {
   for (auto &t : tx)
     say("pair %s %s count %llu sha256 %s dir tx", me.str().c_str(), t->dst.str().c_str(),
         (unsigned long long)t->sent, t->sha.hex().c_str());
+  std::lock_guard<std::mutex> lock(rx_mu);
   for (auto &[k, s] : rx)
     say("pair %s %s count %llu sha256 %s dir rx", s->src.str().c_str(), me.str().c_str(),
         (unsigned long long)s->count, s->sha.hex().c_str());
@@ -453,6 +492,12 @@ void print_summary() {
 
 // Final drain: anything still arriving after the plan completed is an extra (duplicate) message.
 [[noreturn]] void quit_exit() {
+  if (session_active || rx_total < opt.expect) {
+    say("quit before the plan completed");
+    print_summary();
+    fflush(stdout);
+    _exit(errors ? 5 : 3);
+  }
   int r;
   while ((r = receive_one(MSG_DONTWAIT)) == 1) {
   }
@@ -488,8 +533,6 @@ std::vector<std::string> read_commands(bool *eof) {
   return lines;
 }
 
-bool session_active = false;
-bool session_pending_go = true;  // --control: wait for go
 
 // Handles one command. Returns false on quit.
 bool command(const std::string &line, const std::function<void()> &start_session) {
@@ -532,9 +575,14 @@ bool command(const std::string &line, const std::function<void()> &start_session
 // ---------------------------------------------------------------------------------------------
 // Socket setup
 
+// In poll mode the socket is non-blocking (O_NONBLOCK through fcntl), in threads mode blocking.
 int make_socket() {
   int s = socket(kAfRds, SOCK_SEQPACKET, 0);
   if (s < 0) fail_setup("socket");
+  if (!opt.threads) {
+    int fl = fcntl(s, F_GETFL);
+    if (fl < 0 || fcntl(s, F_SETFL, fl | O_NONBLOCK) < 0) fail_setup("fcntl-O_NONBLOCK");
+  }
   return s;
 }
 
@@ -600,7 +648,6 @@ void new_session() {
   for (Addr d : opt.dests) tx.push_back(std::make_unique<TxStream>(d));
   prepared = Prepared{};
   session_active = true;
-  session_pending_go = false;
 }
 
 bool plan_done() { return !session_active ? false : session_sent() && rx_total >= opt.expect; }
@@ -613,8 +660,6 @@ void finish_session() {
 }
 
 void run_poll_mode() {
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) fail_setup("fcntl-O_NONBLOCK");
   if (!opt.control) new_session();
   size_t rr = 0;  // round-robin cursor
   bool stdin_open = opt.control;
@@ -760,13 +805,7 @@ void run_threads_mode() {
         if (eof) break;
       }
       if (eof) {
-        if (session_active || !rx_done) {
-          say("quit before the plan completed");
-          print_summary();
-          fflush(stdout);
-          _exit(errors ? 5 : 3);
-        }
-        if (sender.joinable()) sender.join();
+        if (!session_active && rx_done && sender.joinable()) sender.join();
         quit_exit();
       }
     }
@@ -823,6 +862,11 @@ int main(int argc, char **argv) {
   sa.sa_handler = [](int) { usr1 = 1; };  // no SA_RESTART: poll returns EINTR
   sigaction(SIGUSR1, &sa, nullptr);
 
+  if (const char *dir = getenv("RDS_PEER_TRACE_DIR")) {
+    std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".txt";
+    trace_file = fopen(path.c_str(), "w");
+    if (trace_file) setvbuf(trace_file, nullptr, _IOLBF, 0);
+  }
   rbuf.resize(kRdsMaxMsg + 4096);
   ebuf.resize(kRdsMaxMsg);
   sbuf.resize(kRdsMaxMsg);

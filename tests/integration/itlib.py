@@ -1,0 +1,438 @@
+"""Shared helpers of the integration drivers (Python 3 standard library only).
+
+Every driver:
+  * starts its helper programs under LD_PRELOAD=$RDS_IT_PRELOAD_LIB with a private
+    RDS_PRELOAD_RUNDIR (a fresh temporary directory),
+  * runs TCP tests inside network namespaces created for this run only,
+  * is bounded in time (a SIGALRM watchdog plus per-step timeouts) and cleans up what it
+    started (children, namespaces, temporary directories) on success, failure, timeout,
+    SIGTERM and SIGINT,
+  * exits 0 when every test passed, 77 when every test was skipped (meson: SKIP), 1 otherwise.
+
+Paths come from the environment set by tests/integration/meson.build; when a variable is
+missing the default build directory ./build is tried.
+"""
+
+import atexit
+import errno
+import os
+import random
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+EXIT_SKIP = 77
+
+_DEFAULTS = {
+    "RDS_IT_PRELOAD_LIB": os.path.join(REPO, "build", "preload", "librds_preload.so"),
+    "RDS_PEER": os.path.join(REPO, "build", "tests", "integration", "rds_peer"),
+    "CLOSE_FORK_PROBE": os.path.join(REPO, "build", "tests", "integration", "close_fork_probe"),
+    "BAD_INPUT_PROBE": os.path.join(REPO, "build", "tests", "integration", "bad_input_probe"),
+    "FORTIFY_CLIENT": os.path.join(REPO, "build", "tests", "integration", "fortify_client"),
+}
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def path_of(var):
+    """Path of the preload library or of a built helper; fails the test when it is missing."""
+    p = os.environ.get(var) or _DEFAULTS[var]
+    if not os.path.isfile(p):
+        raise AssertionError(f"{var}={p} does not exist (build the project, or set {var})")
+    return os.path.abspath(p)
+
+
+def script(name):
+    return os.path.join(HERE, name)
+
+
+def unique_tag():
+    """Short, unique per run: used for namespace and interface names (IFNAMSIZ is 16)."""
+    return f"{os.getpid() % 100000:05d}{random.randrange(16 ** 3):03x}"
+
+
+# --------------------------------------------------------------------------------------------
+# Cleanup of everything a test started, whatever happens.
+
+class _Cleanup:
+    def __init__(self):
+        self.procs = []
+        self.netns = []
+        self.dirs = []
+        self.done = False
+
+    def run(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    p.kill()
+                except OSError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except Exception:
+                pass
+        self.procs.clear()
+        for ns in reversed(self.netns):
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=20)
+        self.netns.clear()
+        if os.environ.get("RDS_IT_KEEP_TMP"):
+            for d in self.dirs:
+                log(f"kept {d}")
+        else:
+            for d in self.dirs:
+                shutil.rmtree(d, ignore_errors=True)
+        self.dirs.clear()
+
+
+CLEANUP = _Cleanup()
+atexit.register(CLEANUP.run)
+
+
+def _fatal_signal(signum, frame):
+    log(f"*** {signal.Signals(signum).name}: cleaning up and failing")
+    CLEANUP.run()
+    os._exit(1)
+
+
+signal.signal(signal.SIGTERM, _fatal_signal)
+signal.signal(signal.SIGINT, _fatal_signal)
+
+
+def watchdog(seconds):
+    """Whole-driver time limit: on expiry print, clean up and exit 1."""
+    def expired(signum, frame):
+        log(f"*** TIMEOUT: the driver exceeded its {seconds} s limit")
+        CLEANUP.run()
+        os._exit(1)
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(int(seconds))
+
+
+def make_tmpdir(tag):
+    d = tempfile.mkdtemp(prefix=f"rds-it-{tag}-")
+    CLEANUP.dirs.append(d)
+    return d
+
+
+def plain_env(**extra):
+    """The driver's environment without LD_PRELOAD and without RDS_IT_PRELOAD_LIB (the shim reads
+    every RDS_PRELOAD_* variable as a setting and warns about unknown ones)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "RDS_IT_PRELOAD_LIB")}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def preload_env(rundir, **extra):
+    env = plain_env(**extra)
+    env["LD_PRELOAD"] = path_of("RDS_IT_PRELOAD_LIB")
+    env["RDS_PRELOAD_RUNDIR"] = rundir
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes with a line-based stdout protocol.
+
+class Proc:
+    """A child with stdin/stdout pipes; stderr goes to a file shown in failure messages.
+
+    With netns=NAME the command runs as `ip netns exec NAME env LD_PRELOAD=... cmd`, so only the
+    command itself (not `ip`) is preloaded.
+    """
+
+    def __init__(self, name, argv, rundir, netns=None, preload=True, pass_fds=(), extra_env=None):
+        self.name = name
+        self.lines = []
+        self._buf = b""
+        self._eof = False
+        extra_env = extra_env or {}
+        errdir = rundir if os.path.isdir(rundir) else tempfile.gettempdir()
+        self.errpath = os.path.join(errdir, f"{name}.stderr")
+        self._err = open(self.errpath, "wb")
+        argv = [str(a) for a in argv]
+        if netns:
+            prefix = ["ip", "netns", "exec", netns, "env"]
+            if preload:
+                prefix += [f"LD_PRELOAD={path_of('RDS_IT_PRELOAD_LIB')}"]
+            prefix += [f"RDS_PRELOAD_RUNDIR={rundir}"] + [f"{k}={v}" for k, v in extra_env.items()]
+            argv = prefix + argv
+            env = plain_env()
+        else:
+            env = preload_env(rundir, **extra_env) if preload else plain_env(
+                RDS_PRELOAD_RUNDIR=rundir, **extra_env)
+        self.argv = argv
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self._err, env=env, pass_fds=pass_fds, bufsize=0)
+        CLEANUP.procs.append(self.p)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def _fill(self, timeout):
+        """Reads what is available within timeout; returns False on timeout."""
+        if self._eof:
+            return True
+        r, _, _ = select.select([self.p.stdout], [], [], max(0.0, timeout))
+        if not r:
+            return False
+        data = os.read(self.p.stdout.fileno(), 65536)
+        if not data:
+            self._eof = True
+        self._buf += data
+        return True
+
+    def readline(self, timeout):
+        """Next stdout line, None at EOF; raises AssertionError on timeout."""
+        end = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            if self._eof:
+                if self._buf:
+                    line, self._buf = self._buf.decode(errors="replace"), b""
+                    self.lines.append(line)
+                    return line
+                return None
+            if not self._fill(end - time.monotonic()):
+                raise AssertionError(f"{self.name}: no output within {timeout:.0f} s\n{self.diag()}")
+        line, self._buf = self._buf.split(b"\n", 1)
+        line = line.decode(errors="replace")
+        self.lines.append(line)
+        return line
+
+    def expect(self, prefixes, timeout, fail_on=("error", "fatal", "timeout")):
+        """Reads lines until one starts with one of prefixes; returns it.
+
+        A line starting with a fail_on word, EOF, or the timeout fails the test.
+        """
+        if isinstance(prefixes, str):
+            prefixes = (prefixes,)
+        end = time.monotonic() + timeout
+        while True:
+            line = self.readline(max(0.0, end - time.monotonic()))
+            if line is None:
+                raise AssertionError(f"{self.name}: exited before printing {prefixes}\n{self.diag()}")
+            if any(line.startswith(p) for p in prefixes):
+                return line
+            if any(line.startswith(w) for w in fail_on):
+                raise AssertionError(f"{self.name}: {line}\n{self.diag()}")
+
+    def send(self, line):
+        try:
+            self.p.stdin.write((line + "\n").encode())
+            self.p.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise AssertionError(f"{self.name}: cannot send {line!r}: {e}\n{self.diag()}")
+
+    def close_stdin(self):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+
+    def wait(self, timeout):
+        """Waits for exit (reading the rest of stdout); kills and fails on timeout."""
+        end = time.monotonic() + timeout
+        while not self._eof and time.monotonic() < end:
+            self._fill(end - time.monotonic())
+        while b"\n" in self._buf or (self._eof and self._buf):
+            self.readline(0)
+        try:
+            return self.p.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            raise AssertionError(f"{self.name}: did not exit within {timeout:.0f} s\n{self.diag()}")
+
+    def stderr_text(self, limit=4000):
+        self._err.flush()
+        try:
+            with open(self.errpath, "rb") as f:
+                data = f.read()
+        except OSError:
+            return ""
+        return data[-limit:].decode(errors="replace")
+
+    def diag(self):
+        rc = self.p.poll()
+        out = "\n    ".join(self.lines[-15:])
+        err = self.stderr_text().strip().replace("\n", "\n    ")
+        return (f"  [{self.name}] pid {self.p.pid} rc {rc}\n  cmd: {' '.join(self.argv)}\n"
+                f"  stdout (last lines):\n    {out}\n  stderr:\n    {err}")
+
+
+def wait_all(procs, prefix, timeout):
+    """Waits until every proc printed a line starting with prefix; fails fast on an error line
+    or an early exit of any of them. Returns {proc.name: line}."""
+    end = time.monotonic() + timeout
+    got = {}
+
+    def everyone():
+        return "\n".join(q.diag() for q in procs)
+
+    while True:
+        for p in procs:
+            if p.name in got:
+                continue
+            while b"\n" in p._buf or (p._eof and p._buf):
+                line = p.readline(0)
+                if line.startswith(prefix):
+                    got[p.name] = line
+                    break
+                if line.startswith(("error", "fatal", "timeout")):
+                    raise AssertionError(f"{p.name}: {line}\n" + everyone())
+            if p.name not in got and p._eof and not p._buf:
+                raise AssertionError(f"{p.name} exited before printing '{prefix}'\n" + everyone())
+        waiting = [p for p in procs if p.name not in got]
+        if not waiting:
+            return got
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timeout after {timeout:.0f} s waiting for '{prefix}' from "
+                                 f"{[p.name for p in waiting]}\n" + everyone())
+        ready, _, _ = select.select([p.p.stdout for p in waiting], [], [], min(left, 1.0))
+        for p in waiting:
+            if p.p.stdout in ready:
+                p._fill(0)
+
+
+PAIR_RE = re.compile(r"^pair (\S+) (\S+) count (\d+) sha256 ([0-9a-f]{64}) dir (tx|rx)$")
+
+
+def pairs_of(proc):
+    """{(src, dst, dir): (count, sha256)} from the pair lines a peer printed (the last wins)."""
+    out = {}
+    for line in proc.lines:
+        m = PAIR_RE.match(line)
+        if m:
+            out[(m.group(1), m.group(2), m.group(5))] = (int(m.group(3)), m.group(4))
+    return out
+
+
+def check_pairs(tc, peers, expected_pairs, count):
+    """Every expected (src, dst) pair: tx and rx lines exist, both count == count, hashes equal."""
+    tx, rx = {}, {}
+    for p in peers:
+        for (src, dst, d), v in pairs_of(p).items():
+            (tx if d == "tx" else rx)[(src, dst)] = (v, p.name)
+    problems = []
+    for pair in expected_pairs:
+        t, r = tx.get(pair), rx.get(pair)
+        if t is None or r is None:
+            problems.append(f"{pair[0]} -> {pair[1]}: missing {'tx' if t is None else 'rx'} summary")
+            continue
+        (tc_, th), tn = t
+        (rc_, rh), rn = r
+        if tc_ != count or rc_ != count:
+            problems.append(f"{pair[0]} -> {pair[1]}: sent {tc_} ({tn}) received {rc_} ({rn}), "
+                            f"expected {count}")
+        elif th != rh:
+            problems.append(f"{pair[0]} -> {pair[1]}: SHA-256 differs: sender {th} receiver {rh}")
+    unexpected = sorted(set(rx) - set(expected_pairs))
+    for pair in unexpected:
+        problems.append(f"{pair[0]} -> {pair[1]}: received {rx[pair][0][0]} messages on a pair "
+                        f"that should carry none")
+    if problems:
+        tc.fail("per-pair check failed:\n  " + "\n  ".join(problems) + "\n" +
+                "\n".join(p.diag() for p in peers))
+
+
+def quit_all(tc, peers, timeout=20):
+    """Sends quit to every peer and checks each exits 0 (5 = verification error or extra
+    messages, see rds_peer.cc)."""
+    for p in peers:
+        if p.p.poll() is None:
+            try:
+                p.send("quit")
+            except AssertionError:
+                pass
+    bad = []
+    for p in peers:
+        rc = p.wait(timeout)
+        if rc != 0:
+            bad.append(f"{p.name} exited {rc}")
+    if bad:
+        tc.fail("; ".join(bad) + "\n" + "\n".join(p.diag() for p in peers))
+
+
+# --------------------------------------------------------------------------------------------
+# Network namespaces.
+
+def require_netns():
+    """Skips the calling test unless we are root and `ip netns` works."""
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("needs root (network namespaces); run as root to enable")
+    if not shutil.which("ip"):
+        raise unittest.SkipTest("needs iproute2 'ip' for network namespaces")
+    name = f"rdsitprobe{unique_tag()}"
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=20)
+    if r.returncode != 0:
+        raise unittest.SkipTest(f"'ip netns add' does not work here: {r.stderr.strip()}")
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+
+
+def sh(*argv, timeout=20):
+    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise AssertionError(f"command failed: {' '.join(map(str, argv))}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def add_netns(name):
+    sh("ip", "netns", "add", name)
+    CLEANUP.netns.append(name)
+    sh("ip", "-n", name, "link", "set", "lo", "up")
+    return name
+
+
+def add_veth(ns_a, if_a, cidr_a, ns_b, if_b, cidr_b):
+    """A veth pair created directly inside ns_a (never visible in the caller's namespace)."""
+    sh("ip", "-n", ns_a, "link", "add", if_a, "type", "veth", "peer", "name", if_b, "netns", ns_b)
+    sh("ip", "-n", ns_a, "addr", "add", cidr_a, "dev", if_a)
+    sh("ip", "-n", ns_b, "addr", "add", cidr_b, "dev", if_b)
+    sh("ip", "-n", ns_a, "link", "set", if_a, "up")
+    sh("ip", "-n", ns_b, "link", "set", if_b, "up")
+
+
+def wait_addr_ready(ns, addr, timeout=10):
+    """Waits until addr is usable in ns (IPv4 needs no DAD; this only guards a slow veth)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        out = sh("ip", "-n", ns, "-o", "addr", "show")
+        if f" {addr}/" in out and "tentative" not in out:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"address {addr} not ready in {ns}")
+
+
+# --------------------------------------------------------------------------------------------
+# Running.
+
+def run_tests(limit_seconds):
+    """unittest.main with meson's exit codes: 0 pass, 77 all skipped, 1 failure."""
+    watchdog(limit_seconds)
+    start = time.monotonic()
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stderr).run(suite)
+    CLEANUP.run()
+    log(f"driver time {time.monotonic() - start:.1f} s")
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.testsRun and len(result.skipped) == result.testsRun:
+        sys.exit(EXIT_SKIP)
+    sys.exit(0)
+
+
+def errname(e):
+    return errno.errorcode.get(e, str(e))
