@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "conf/settings.h"
 #include "engine/bind.h"
+#include "engine/cong.h"
 #include "engine/errors.h"
 #include "engine/fork.h"
 #include "engine/log.h"
@@ -387,6 +388,7 @@ void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer
   };
   link->SetCallbacks(std::move(cb));
   log::Debug("path up: %s", link->Describe());
+  SendCongestionMap(p);  // the first message on every new link (§B.3)
   std::deque<MessagePtr> backlog;
   backlog.swap(p.backlog);
   for (MessagePtr& m : backlog) {
@@ -446,9 +448,31 @@ void Engine::DropPath(Path& p, const char* why) {
       ++it;
     }
   }
+  CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, nullptr);
   auto it = c.paths.find(p.peer_pid);
   if (it != c.paths.end()) Bury(std::move(it->second));
   c.paths.erase(p.peer_pid);
+}
+
+// A congestion map on the wire (§B.3): flags 0x01, sequence 0, ports 0,
+// 8192 bytes, outside the path's sequence space and never retransmitted.
+void Engine::SendCongestionMap(Path& p) {
+  if (!p.link) return;
+  CongBits bits = CongestionTable::Get().LocalMap(p.conn.key.ns, p.conn.key.laddr);
+  auto m = std::make_shared<Message>();
+  m->header.flags = wire::kFlagCongBitmap;
+  m->header.len = wire::kCongMapBytes;
+  m->payload = Payload(bits.data(), bits.size());
+  p.link->Send(std::move(m));
+}
+
+void Engine::SendCongestionUpdates(std::shared_ptr<NetNs> ns, RdsAddr addr) {
+  loop_.Post([this, ns = std::move(ns), addr] {
+    for (auto& [key, c] : connections_) {
+      if (key.ns != ns->key() || key.laddr != addr) continue;
+      for (auto& [pid, p] : c->paths) SendCongestionMap(*p);
+    }
+  });
 }
 
 void Engine::Bury(std::unique_ptr<Path> p) {
@@ -469,7 +493,11 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   }
   if (wire::IsCongMap(h)) {
     stats::Inc(stats::kCongUpdateReceived);
-    return;  // congestion maps are issue 4's
+    // Any other length is ignored, as rds_tcp_cong_recv does.
+    if (h.len == wire::kCongMapBytes) {
+      CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, payload.data());
+    }
+    return;
   }
   if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) return;
   p.next_rx_seq = h.sequence + 1;

@@ -49,6 +49,10 @@ class Engine {
   // Routes and transmits a message admitted by sendmsg.
   void Submit(MessagePtr m, std::shared_ptr<NetNs> ns);
 
+  // This process's congestion map of `addr` changed: send it to every peer
+  // with a path from that address (kernel rds_cong_queue_updates).
+  void SendCongestionUpdates(std::shared_ptr<NetNs> ns, RdsAddr addr);
+
   // Drops `rs`'s queued messages to `dest` (every destination if nullopt),
   // freeing their send space: RDS_CANCEL_SENT_TO and close. Waits until done.
   void CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest);
@@ -99,6 +103,7 @@ class Engine {
              uint32_t answer_pid, bool close_after);
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
+  void SendCongestionMap(Path& p);
   size_t PendingMessages();
 
   const uint32_t pid_;

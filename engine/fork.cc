@@ -2,6 +2,7 @@
 #include "engine/fork.h"
 
 #include "engine/bind.h"
+#include "engine/cong.h"
 #include "engine/engine.h"
 #include "engine/log.h"
 #include "engine/netns.h"
@@ -39,6 +40,7 @@ void ResetEngineAfterFork() {
   Engine::ResetAfterFork();
   NetNs::ResetAfterFork();
   ResetBindTableAfterFork();
+  CongestionTable::ResetAfterFork();
   ResetSocketListAfterFork();
   ResetReadinessAfterFork();
   HostRegistry::Get().ResetAfterFork();

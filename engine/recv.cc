@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "engine/cong.h"
 #include "engine/errors.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
@@ -16,6 +17,12 @@
 #include "engine/waiter.h"
 
 namespace rds {
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
 namespace {
 
 // Appends one control message as the kernel's put_cmsg does: a control
@@ -75,20 +82,7 @@ absl::Status PutTimestamp(CmsgWriter& cm, RdsSocket::Timestamp kind, absl::Time 
   return cm.Put(SOL_SOCKET, SO_TIMESTAMP_NEW, &tv64, sizeof(tv64));
 }
 
-}  // namespace
-
-int64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-
-void Deliver(RdsSocket& rs, MessagePtr m) {
-  absl::MutexLock lock(&rs.mu);
-  if (rs.released) {
-    stats::Inc(stats::kRecvDropDeadSock);
-    return;
-  }
+void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
   if (rs.timestamp != RdsSocket::Timestamp::kOff) m->received_at = absl::Now();
   m->rx_trace[2] = MonotonicNs();
   if (m->rx_trace[0] == 0) m->rx_trace[0] = m->rx_trace[1] = m->rx_trace[2];
@@ -98,6 +92,23 @@ void Deliver(RdsSocket& rs, MessagePtr m) {
   rs.recv_queue.push_back(std::move(m));
   rs.NotifyLocked(/*arrival=*/true);
 }
+
+
+}  // namespace
+
+
+void Deliver(RdsSocket& rs, MessagePtr m) {
+  {
+    absl::MutexLock lock(&rs.mu);
+    if (rs.released) {
+      stats::Inc(stats::kRecvDropDeadSock);
+      return;
+    }
+    Queue(rs, std::move(m));
+  }
+  UpdateReceiveCongestion(rs);
+}
+
 
 absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   const int user_namelen = static_cast<int>(msg.msg_namelen);
@@ -238,6 +249,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     msg.msg_controllen = cmsg.used();
+    bool dequeued = false;
     if (!(flags & MSG_PEEK)) {
       absl::MutexLock lock(&rs.mu);
       if (!rs.recv_queue.empty() && rs.recv_queue.front() == m) {
@@ -246,6 +258,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         stats::Add(stats::kRecvBytesFreedFromSock, len);
         stats::Inc(stats::kRecvDelivered);
         rs.DrainTokensLocked(fd);
+        dequeued = true;
       } else {
         // Another reader took this message while we copied it: the kernel's
         // rds_still_queued fails and the loop retries with the next one.
@@ -256,6 +269,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         continue;
       }
     }
+    if (dequeued) UpdateReceiveCongestion(rs);
     return (flags & MSG_TRUNC) ? len : n;
   }
 }

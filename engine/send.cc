@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "engine/cong.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
@@ -210,6 +211,42 @@ absl::StatusOr<std::optional<uint32_t>> ApplyControl(ControlMessages& cm, bool z
   return cookie;
 }
 
+absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flags) {
+  CongestionTable& cong = CongestionTable::Get();
+  const NetNsKey ns = rs.ns->key();
+  if (!cong.IsCongested(ns, dest.addr, dest.port)) return absl::OkStatus();
+  bool nonblocking;
+  {
+    absl::MutexLock lock(&rs.mu);
+    nonblocking = rs.nonblocking || (flags & MSG_DONTWAIT);
+    if (nonblocking && rs.cong_monitor) rs.cong_mask |= uint64_t{1} << (dest.port % 64);
+  }
+  if (nonblocking) {
+    // Test again: an update may have arrived meanwhile.
+    if (!cong.IsCongested(ns, dest.addr, dest.port)) return absl::OkStatus();
+    stats::Inc(stats::kCongSendError);
+    absl::MutexLock lock(&rs.mu);
+    rs.seen_congestion = true;
+    return RdsError(ENOBUFS);
+  }
+  stats::Inc(stats::kCongSendBlocked);
+  Waiter& waiter = Waiter::ForThisThread();
+  for (;;) {
+    cong.AddWaiter(&waiter);
+    if (!cong.IsCongested(ns, dest.addr, dest.port)) {
+      cong.RemoveWaiter(&waiter);
+      return absl::OkStatus();
+    }
+    absl::Status slept = waiter.Sleep(std::nullopt);
+    cong.RemoveWaiter(&waiter);
+    if (!slept.ok()) {
+      absl::MutexLock lock(&rs.mu);
+      rs.seen_congestion = true;
+      return slept;
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
@@ -296,6 +333,11 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   m->header.dport = dest.port;
   m->saddr = source.addr;
   m->daddr = dest.addr;
+
+  // Congestion (rds_cong_wait, §A.4 step 10): non-blocking → ENOBUFS (noting
+  // the port for RDS_CONG_MONITOR); blocking → sleep until the port clears,
+  // with no timeout (SO_SNDTIMEO does not apply), interruptible by signals.
+  if (absl::Status s = WaitForUncongested(rs, dest, flags); !s.ok()) return s;
 
   // Send-buffer admission (rds_send_queue_rm): the count *before* adding this
   // message must be below the RDS sndbuf.

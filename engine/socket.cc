@@ -14,6 +14,7 @@
 
 #include "conf/settings.h"
 #include "engine/bind.h"
+#include "engine/cong.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/readiness.h"
@@ -36,6 +37,14 @@ SocketList* socket_list = new SocketList();
 
 std::vector<std::shared_ptr<RdsSocket>> LiveSockets(NetNsKey ns) {
   std::vector<std::shared_ptr<RdsSocket>> out;
+  for (auto& s : AllLiveSockets()) {
+    if (s->ns->key() == ns) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<RdsSocket>> AllLiveSockets() {
+  std::vector<std::shared_ptr<RdsSocket>> out;
   absl::MutexLock lock(&socket_list->mu);
   auto& v = socket_list->sockets;
   for (size_t i = 0; i < v.size();) {
@@ -50,7 +59,7 @@ std::vector<std::shared_ptr<RdsSocket>> LiveSockets(NetNsKey ns) {
       v.pop_back();
       continue;
     }
-    if (s->ns->key() == ns) out.push_back(std::move(s));
+    out.push_back(std::move(s));
     ++i;
   }
   return out;
@@ -184,11 +193,24 @@ absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* ou
 }
 
 short PollMask(RdsSocket& rs) {
+  uint64_t gen = CongestionTable::Get().generation();
   absl::MutexLock lock(&rs.mu);
   short mask = 0;
+  // With RDS_CONG_MONITOR off, any map update since this socket's last poll
+  // is reported as POLLIN|POLLWRBAND, once ("historical reasons", rds_poll).
+  if (!rs.cong_monitor && rs.cong_gen_seen != gen) {
+    rs.cong_gen_seen = gen;
+    mask |= POLLIN | POLLRDNORM | POLLWRBAND;
+  }
   if (rs.Readable()) mask |= POLLIN | POLLRDNORM;
   if (rs.snd_bytes < static_cast<size_t>(rs.RdsSndbuf())) mask |= POLLOUT | POLLWRNORM;
+  if (mask) rs.seen_congestion = false;
   return mask;
+}
+
+bool SeenCongestion(RdsSocket& rs) {
+  absl::MutexLock lock(&rs.mu);
+  return rs.seen_congestion;
 }
 
 absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* arg) {
@@ -252,6 +274,7 @@ void Release(RdsSocket& rs) {
     rs.cong_mask = 0;
     rs.WakeWaitersLocked();
   }
+  UpdateReceiveCongestion(rs);  // a released socket's bit is cleared (§A.10 step 3)
   // Unbinding after marking the socket released: a concurrent delivery that
   // still finds it drops the message as for a dead socket. Queued sends are
   // dropped by the transmit path when it sees `released`.

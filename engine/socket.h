@@ -68,6 +68,9 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   bool cong_monitor ABSL_GUARDED_BY(mu) = false;
   uint64_t cong_mask ABSL_GUARDED_BY(mu) = 0;
   uint64_t cong_notify ABSL_GUARDED_BY(mu) = 0;
+  bool congested ABSL_GUARDED_BY(mu) = false;        // our port's bit is set
+  bool seen_congestion ABSL_GUARDED_BY(mu) = false;  // a send hit a congested port
+  uint64_t cong_gen_seen ABSL_GUARDED_BY(mu) = 0;    // rs_cong_track
   enum class Timestamp { kOff, kOld, kNew };
   Timestamp timestamp ABSL_GUARDED_BY(mu) = Timestamp::kOff;
   uint8_t rx_trace_count ABSL_GUARDED_BY(mu) = 0;
@@ -110,6 +113,8 @@ absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared
 
 // Every socket of this process that is not released, in the given namespace.
 std::vector<std::shared_ptr<RdsSocket>> LiveSockets(NetNsKey ns);
+// Every socket of this process that is not released.
+std::vector<std::shared_ptr<RdsSocket>> AllLiveSockets();
 // Forgets every socket (fork child).
 void ResetSocketListAfterFork();
 
@@ -119,8 +124,10 @@ absl::Status Connect(RdsSocket& rs, const sockaddr* addr, socklen_t len);
 // getsockname(2)/getpeername(2) (§A.8b): fills `out` and returns its length.
 absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* out);
 
-// The rds_poll mask (§A.6) for the given requested events.
+// The rds_poll mask (§A.6). Consumes a pending congestion-update event.
 short PollMask(RdsSocket& rs);
+// A poll of this socket must also wake on congestion-map updates.
+bool SeenCongestion(RdsSocket& rs);
 
 // ioctl(2) on an RDS socket (§A.9). `arg` is the application pointer.
 absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* arg);

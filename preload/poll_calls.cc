@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "engine/cong.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
 #include "engine/waiter.h"
@@ -52,12 +53,16 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
   std::vector<pollfd> kernel(n + 1);
   int saved = errno;
   for (;;) {
+    bool watch_cong = false;
     for (auto& r : rds_fds) {
       if (r.entry->state == FdEntry::State::kOwned) {
         absl::MutexLock lock(&r.entry->socket->mu);
         r.entry->socket->AddWaiterLocked(&waiter);
+        watch_cong |= r.entry->socket->seen_congestion;
       }
     }
+    // A socket that saw congestion is also woken by map updates (rds_poll).
+    if (watch_cong) rds::CongestionTable::Get().AddWaiter(&waiter);
     int ready = 0;
     for (auto& r : rds_fds) {
       fds[r.index].revents = RdsRevents(*r.entry, fds[r.index].events);
@@ -87,6 +92,7 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     }
     int r = rds::real::ppoll(kernel.data(), k, wait, mask);
     int err = errno;
+    if (watch_cong) rds::CongestionTable::Get().RemoveWaiter(&waiter);
     for (auto& rf : rds_fds) {
       if (rf.entry->state == FdEntry::State::kOwned) {
         absl::MutexLock lock(&rf.entry->socket->mu);

@@ -1,0 +1,94 @@
+// engine/cong.h — congestion maps (kernel cong.c; kernel-rds.md §B).
+//
+// The kernel keeps one 8 KiB bitmap (one bit per port, little-endian bit
+// order) per IP address. In user space every engine knows only its own ports,
+// so the map of an address is kept per owner: this process's own bits for
+// its bound ports, and one map per peer engine as last received on the wire.
+// Only a port's owner ever sets its bit, so the effective state of a port is
+// the OR of those maps. Senders read the effective map lock-free; every
+// change bumps a generation (the kernel's rds_cong_generation, here per
+// process), wakes senders blocked on congestion and pollers that saw it, and
+// feeds RDS_CONG_MONITOR notifications.
+//
+// Thread-safety: safe for concurrent use. Lock order: a socket's mutex may be
+// held when calling in; the table never calls out while holding its own.
+#ifndef RDS_ENGINE_CONG_H_
+#define RDS_ENGINE_CONG_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/addr.h"
+#include "engine/registry.h"
+#include "engine/wire.h"
+
+namespace rds {
+
+class Waiter;
+
+using CongBits = std::array<uint8_t, wire::kCongMapBytes>;
+
+class CongestionTable {
+ public:
+  static CongestionTable& Get();
+  // Fork child: forget everything (the parent's state is not ours).
+  static void ResetAfterFork();
+
+  // Is (addr, port) congested in namespace `ns`? The sender's test.
+  bool IsCongested(NetNsKey ns, const RdsAddr& addr, uint16_t port);
+
+  // This process's own port changed state. Returns true if the bit changed
+  // (the caller then queues map updates to the peers).
+  bool SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, bool congested);
+  // This process's own map of `addr`, as sent on the wire.
+  CongBits LocalMap(NetNsKey ns, const RdsAddr& addr);
+  // A peer engine's map of `addr` arrived (null: the peer is gone).
+  void SetPeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer, const uint8_t* bits);
+
+  // A map changed: generation, monitor notifications, wake-ups (§B.3).
+  void Updated();
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
+  // Threads sleeping until a map update (blocked congested senders; pollers
+  // of sockets that saw congestion).
+  void AddWaiter(Waiter* w);
+  void RemoveWaiter(Waiter* w);
+
+ private:
+  struct AddrMaps {
+    std::array<std::atomic<uint8_t>, wire::kCongMapBytes> effective{};
+    CongBits local{};
+    absl::flat_hash_map<uint32_t, CongBits> peers;
+    void Recompute(size_t byte);
+  };
+  struct Key {
+    NetNsKey ns;
+    RdsAddr addr;
+    friend bool operator==(const Key&, const Key&) = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.ns, k.addr);
+    }
+  };
+  AddrMaps* Find(const Key& k) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  AddrMaps& FindOrCreate(const Key& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<Key, std::unique_ptr<AddrMaps>> maps_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> generation_{0};
+};
+
+// Receive-side accounting changed for a socket (kernel rds_recv_rcvbuf_delta):
+// marks or clears its port's bit and tells the peers. Call without rs.mu.
+class RdsSocket;
+void UpdateReceiveCongestion(RdsSocket& rs);
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_CONG_H_
