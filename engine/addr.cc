@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/errors.h"
 
 namespace rds {
 
@@ -74,6 +75,32 @@ bool IsV6Unicast(const in6_addr& a) {
 bool IsV6Mapped(const in6_addr& a) { return IN6_IS_ADDR_V4MAPPED(&a); }
 
 bool IsV6LinkLocal(const in6_addr& a) { return IN6_IS_ADDR_LINKLOCAL(&a); }
+
+absl::Status ParseUnicastName(const sockaddr_storage& ss, socklen_t len, RdsEndpoint* out) {
+  if (ss.ss_family == AF_INET) {
+    if (len < sizeof(sockaddr_in)) return RdsError(EINVAL);
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(&ss);
+    if (IsV4AnyBroadcastOrMulticast(sin->sin_addr)) return RdsError(EINVAL);
+    *out = {RdsAddr::FromV4(sin->sin_addr), ntohs(sin->sin_port)};
+    return absl::OkStatus();
+  }
+  if (ss.ss_family == AF_INET6) {
+    if (len < sizeof(sockaddr_in6)) return RdsError(EINVAL);
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    const in6_addr& a = sin6->sin6_addr;
+    if (IsV6Mapped(a)) {
+      in_addr v4;
+      std::memcpy(&v4.s_addr, &a.s6_addr[12], 4);
+      if (IsV4AnyBroadcastOrMulticast(v4)) return RdsError(EINVAL);
+    } else if (!IsV6Unicast(a)) {
+      return RdsError(EINVAL);
+    }
+    if (IsV6LinkLocal(a) && sin6->sin6_scope_id == 0) return RdsError(EINVAL);
+    *out = {RdsAddr::FromV6(a, sin6->sin6_scope_id), ntohs(sin6->sin6_port)};
+    return absl::OkStatus();
+  }
+  return RdsError(EINVAL);
+}
 
 socklen_t ToSockaddr(const RdsAddr& addr, uint16_t port, sockaddr_storage* out) {
   std::memset(out, 0, sizeof(*out));

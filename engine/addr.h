@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace rds {
 
 struct RdsAddr {
@@ -64,6 +66,12 @@ bool IsV4AnyBroadcastOrMulticast(in_addr a);
 bool IsV6Unicast(const in6_addr& a);
 bool IsV6Mapped(const in6_addr& a);
 bool IsV6LinkLocal(const in6_addr& a);
+
+// The unicast (address, port) in a sockaddr as bind() and sendmsg() accept
+// it (rds_bind / rds_sendmsg): AF_INET ≥ 16 bytes and not any, broadcast or
+// multicast; AF_INET6 ≥ 28 bytes, unicast or v4-mapped unicast, link-local
+// only with a scope id. Anything else → EINVAL.
+absl::Status ParseUnicastName(const sockaddr_storage& ss, socklen_t len, RdsEndpoint* out);
 
 // Writes the sockaddr an application sees for (addr, port): sockaddr_in for a
 // v4-mapped address, sockaddr_in6 (flowinfo 0, the given scope) otherwise.

@@ -37,36 +37,6 @@ struct Table {
 Table* table_ptr = new Table();
 Table& table() { return *table_ptr; }
 
-// The address bind() asks for, validated as rds_bind does.
-absl::Status ParseBindAddress(const sockaddr* uaddr, socklen_t len, RdsEndpoint* out) {
-  sockaddr_storage ss;
-  if (absl::Status s = usercopy::SockaddrFromUser(uaddr, len, &ss); !s.ok()) return s;
-  if (len < sizeof(sa_family_t)) return RdsError(EINVAL);
-  if (ss.ss_family == AF_INET) {
-    if (len < sizeof(sockaddr_in)) return RdsError(EINVAL);
-    const auto* sin = reinterpret_cast<const sockaddr_in*>(&ss);
-    if (IsV4AnyBroadcastOrMulticast(sin->sin_addr)) return RdsError(EINVAL);
-    *out = {RdsAddr::FromV4(sin->sin_addr), ntohs(sin->sin_port)};
-    return absl::OkStatus();
-  }
-  if (ss.ss_family == AF_INET6) {
-    if (len < sizeof(sockaddr_in6)) return RdsError(EINVAL);
-    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    const in6_addr& a = sin6->sin6_addr;
-    if (IsV6Mapped(a)) {
-      in_addr v4;
-      std::memcpy(&v4.s_addr, &a.s6_addr[12], 4);
-      if (IsV4AnyBroadcastOrMulticast(v4)) return RdsError(EINVAL);
-    } else if (!IsV6Unicast(a)) {
-      return RdsError(EINVAL);
-    }
-    if (IsV6LinkLocal(a) && sin6->sin6_scope_id == 0) return RdsError(EINVAL);
-    *out = {RdsAddr::FromV6(a, sin6->sin6_scope_id), ntohs(sin6->sin6_port)};
-    return absl::OkStatus();
-  }
-  return RdsError(EINVAL);
-}
-
 bool IsLoopbackAddress(const RdsAddr& a) {
   if (a.IsV4Mapped()) return (ntohl(a.V4().s_addr) >> 24) == 127;
   in6_addr v6 = a.V6();
@@ -88,7 +58,9 @@ absl::Status TakePort(RdsSocket& rs, const RdsAddr& addr, uint16_t port)
 
 absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
   RdsEndpoint want;
-  if (absl::Status s = ParseBindAddress(uaddr, len, &want); !s.ok()) return s;
+  sockaddr_storage ss;
+  if (absl::Status s = usercopy::SockaddrFromUser(uaddr, len, &ss); !s.ok()) return s;
+  if (absl::Status s = ParseUnicastName(ss, len, &want); !s.ok()) return s;
 
   int transport;
   {

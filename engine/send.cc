@@ -27,38 +27,16 @@ namespace {
 constexpr int kMsgCmsgCompat = static_cast<int>(0x80000000u);
 constexpr int kAllowedFlags = MSG_DONTWAIT | kMsgCmsgCompat | MSG_ZEROCOPY;
 
-// The destination named in msg_name (rds_sendmsg's checks). Sets *named.
-absl::Status ParseDestination(const msghdr& msg, RdsEndpoint* dest, sa_family_t* family) {
+// The destination named in msg_name (rds_sendmsg's checks: the same rules
+// as bind's address).
+absl::Status ParseDestination(const msghdr& msg, RdsEndpoint* dest) {
   sockaddr_storage ss;
   if (absl::Status s = usercopy::SockaddrFromUser(static_cast<const sockaddr*>(msg.msg_name),
                                                   msg.msg_namelen, &ss);
       !s.ok()) {
     return s;
   }
-  if (msg.msg_namelen < sizeof(sockaddr_in)) return RdsError(EINVAL);
-  *family = ss.ss_family;
-  if (ss.ss_family == AF_INET) {
-    const auto* sin = reinterpret_cast<const sockaddr_in*>(&ss);
-    if (IsV4AnyBroadcastOrMulticast(sin->sin_addr)) return RdsError(EINVAL);
-    *dest = {RdsAddr::FromV4(sin->sin_addr), ntohs(sin->sin_port)};
-    return absl::OkStatus();
-  }
-  if (ss.ss_family == AF_INET6) {
-    if (msg.msg_namelen < sizeof(sockaddr_in6)) return RdsError(EINVAL);
-    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    const in6_addr& a = sin6->sin6_addr;
-    if (IsV6Mapped(a)) {
-      in_addr v4;
-      std::memcpy(&v4.s_addr, &a.s6_addr[12], 4);
-      if (IsV4AnyBroadcastOrMulticast(v4)) return RdsError(EINVAL);
-    } else if (!IsV6Unicast(a)) {
-      return RdsError(EINVAL);
-    }
-    if (IsV6LinkLocal(a) && sin6->sin6_scope_id == 0) return RdsError(EINVAL);
-    *dest = {RdsAddr::FromV6(a, sin6->sin6_scope_id), ntohs(sin6->sin6_port)};
-    return absl::OkStatus();
-  }
-  return RdsError(EINVAL);
+  return ParseUnicastName(ss, msg.msg_namelen, dest);
 }
 
 // The application's control messages, copied once and walked as the kernel
@@ -253,10 +231,9 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   if (flags & ~kAllowedFlags) return RdsError(EOPNOTSUPP);
 
   RdsEndpoint dest;
-  sa_family_t family = AF_UNSPEC;
   const bool named = msg.msg_namelen != 0;
   if (named) {
-    if (absl::Status s = ParseDestination(msg, &dest, &family); !s.ok()) return s;
+    if (absl::Status s = ParseDestination(msg, &dest); !s.ok()) return s;
   }
 
   // The iovec array is application memory.

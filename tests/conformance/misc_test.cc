@@ -125,7 +125,7 @@ TEST(Misc, IoctlFioasyncIsAccepted) {
   EXPECT_FALSE(fcntl(s.get(), F_GETFL) & O_ASYNC);
 }
 
-// "FIONREAD/SIOCINQ/SIOCOUTQ are not implemented (ENOTTY)" — even with a message queued.
+// "FIONREAD/SIOCINQ/SIOCOUTQ do not exist for RDS (ENOTTY)" — even with a message queued.
 TEST(Misc, IoctlFionreadGivesEnotty) {
   Fd a = Bound4();
   Fd b = Bound4();
