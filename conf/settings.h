@@ -30,7 +30,15 @@ struct Settings {
   bool ping_enable;            // net.rds.ping_enable
   int64_t reconnect_min_delay_ms;  // net.rds.reconnect_min_delay_ms
   int64_t reconnect_max_delay_ms;  // net.rds.reconnect_max_delay_ms
+  int64_t max_unacked_packets;  // net.rds.max_unacked_packets
+  int64_t max_unacked_bytes;    // net.rds.max_unacked_bytes
   int64_t exit_flush_ms;       // at exit, wait this long for queued messages to be written
+  // Fault injection, for tests only (all off by default).
+  int64_t fault_reset_every;        // reset a link after every N messages it receives
+  int64_t fault_reset_permille;     // ... or with this probability per received message
+  int64_t fault_connect_fail_permille;  // fail this share of connection attempts
+  int64_t fault_connect_delay_ms;   // delay every connection attempt
+  int64_t fault_cut_permille;       // cut a link in the middle of writing a message
   int64_t log_level;           // 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace
   std::string log_file;        // empty: stderr; "%p" is replaced by the pid
 };

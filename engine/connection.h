@@ -50,10 +50,25 @@ class Path {
   uint32_t peer_gen = 0;
   std::shared_ptr<StreamLink> link;        // established (hello exchanged)
   std::shared_ptr<StreamLink> connecting;  // our outgoing attempt, until its reply
-  std::deque<MessagePtr> backlog;          // sequenced, waiting for a link
-  std::deque<MessagePtr> inflight;         // handed to the link, not yet written
+  // Sending: sequenced messages waiting for a link (retransmissions first),
+  // and messages handed to a link but not yet acknowledged by the peer. A
+  // message's send-buffer space is released when it is acknowledged.
+  std::deque<MessagePtr> backlog;
+  std::deque<MessagePtr> unacked;
   uint64_t next_tx_seq = 1;
+  uint32_t tx_since_ack_required = 0;   // messages since we last set ACK_REQUIRED
+  uint64_t tx_bytes_since_ack_required = 0;
+  // Receiving: duplicates of what was already delivered are dropped; the
+  // highest delivered sequence is the cumulative acknowledgement.
   uint64_t next_rx_seq = 0;
+  uint64_t rx_delivered = 0;
+  uint64_t rx_acked = 0;               // last acknowledgement sent
+  uint32_t rx_unacked_packets = 0;
+  uint64_t rx_unacked_bytes = 0;
+  EventLoop::TimerId ack_timer = 0;
+  bool ack_posted = false;
+  uint64_t rx_messages = 0;            // on the current link (fault injection)
+  bool connect_delayed = false;        // fault injection: the delay was served
   absl::Duration backoff = absl::ZeroDuration();
   EventLoop::TimerId retry_timer = 0;
 };

@@ -112,6 +112,7 @@ MessagePtr EncodeHello(const Hello& h) {
   w.U32(h.target_pid);
   w.U16(h.query_port);
   w.U32(h.answer_pid);
+  w.U64(h.ack);
   return Finish(header, w.bytes());
 }
 
@@ -141,6 +142,7 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   h.target_pid = r.U32();
   h.query_port = r.U16();
   h.answer_pid = r.U32();
+  h.ack = r.U64();
   if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
   return h;
 }
@@ -160,7 +162,7 @@ MessagePtr EncodeControl(const Control& c) {
 
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload) {
   std::optional<uint8_t> op = wire::ParseExtHeaders(header).shim_control;
-  if (!wire::IsShimControl(header) || !op || *op < 1 || *op > 3) {
+  if (!wire::IsShimControl(header) || !op || *op < 1 || *op > 4) {
     return absl::InvalidArgumentError("not a shim control message");
   }
   Reader r(payload.data(), payload.size());

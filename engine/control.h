@@ -50,6 +50,10 @@ struct Hello {
   uint32_t target_pid = 0;
   uint16_t query_port = 0;
   uint32_t answer_pid = 0;
+  // kLink and its kAccept reply: the highest sequence the sender has
+  // delivered on this path (its cumulative acknowledgement), so a reconnect
+  // resumes without retransmitting what already arrived.
+  uint64_t ack = 0;
 };
 
 // A hello as a message ready for a link (header + payload).
@@ -62,6 +66,7 @@ enum class Op : uint8_t {
   kRouteQuery = 1,       // who owns `port` at your address?
   kRouteReply = 2,       // `owner_pid` owns `port` (0: nobody)
   kPortUnreachable = 3,  // a message to `port` found no socket here: re-resolve
+  kAck = 4,              // acknowledgement only: everything up to header.ack is delivered
 };
 
 struct Control {

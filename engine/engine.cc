@@ -15,6 +15,7 @@
 #include "engine/bind.h"
 #include "engine/cong.h"
 #include "engine/errors.h"
+#include "engine/fault.h"
 #include "engine/fork.h"
 #include "engine/log.h"
 #include "engine/recv.h"
@@ -228,16 +229,98 @@ void Engine::DeliverLocally(Connection& c, MessagePtr m) {
   }
 }
 
+// A data message (or pong) takes the path's next sequence number and is
+// kept until the peer acknowledges it.
 void Engine::PathSend(Path& p, MessagePtr m) {
   if (m->cancelled.load()) return;
   m->header.sequence = p.next_tx_seq++;
   if (p.link) {
-    p.inflight.push_back(m);
-    p.link->Send(std::move(m));
+    Transmit(p, std::move(m));
   } else {
     p.backlog.push_back(std::move(m));
     if (!p.connecting && p.retry_timer == 0) ConnectPath(p);
   }
+}
+
+void Engine::Transmit(Path& p, MessagePtr m) {
+  if (!p.link) {
+    p.backlog.push_back(std::move(m));
+    return;
+  }
+  const conf::Settings& cfg = conf::Get();
+  // Piggyback our cumulative acknowledgement; ask for one every
+  // max_unacked_packets / max_unacked_bytes (the kernel's ACK_REQUIRED rule).
+  m->header.ack = p.rx_delivered;
+  p.rx_acked = p.rx_delivered;
+  p.rx_unacked_packets = 0;
+  p.rx_unacked_bytes = 0;
+  p.tx_since_ack_required++;
+  p.tx_bytes_since_ack_required += m->payload.size();
+  if (p.tx_since_ack_required >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
+      p.tx_bytes_since_ack_required >= static_cast<uint64_t>(cfg.max_unacked_bytes)) {
+    m->header.flags |= wire::kFlagAckRequired;
+    p.tx_since_ack_required = 0;
+    p.tx_bytes_since_ack_required = 0;
+  } else {
+    m->header.flags &= static_cast<uint8_t>(~wire::kFlagAckRequired);
+  }
+  p.unacked.push_back(m);
+  p.link->Send(std::move(m));
+}
+
+// Control traffic (route queries, acknowledgements, notices) has no sequence
+// number and is not retransmitted: it is regenerated when a link comes up.
+void Engine::SendControl(Path& p, MessagePtr m) {
+  if (!p.link) return;
+  m->header.ack = p.rx_delivered;
+  p.rx_acked = p.rx_delivered;
+  p.link->Send(std::move(m));
+}
+
+void Engine::OnAck(Path& p, uint64_t ack) {
+  while (!p.unacked.empty() && p.unacked.front()->header.sequence <= ack) {
+    ReleaseSendSpace(*p.unacked.front());
+    p.unacked.pop_front();
+  }
+}
+
+void Engine::ScheduleAck(Path& p, bool urgent) {
+  if (p.rx_acked == p.rx_delivered) return;
+  Path* pp = &p;
+  if (urgent) {
+    // After the current batch of reads: one acknowledgement covers them all.
+    if (p.ack_posted) return;
+    p.ack_posted = true;
+    loop_.Post([this, pp] {
+      pp->ack_posted = false;
+      SendAck(*pp);
+    });
+  } else if (!p.ack_timer) {
+    // Soon, unless a message going the other way carries it first.
+    p.ack_timer = loop_.After(absl::Milliseconds(1), [this, pp] {
+      pp->ack_timer = 0;
+      SendAck(*pp);
+    });
+  }
+}
+
+void Engine::SendAck(Path& p) {
+  if (!p.link || p.rx_acked == p.rx_delivered) return;
+  control::Control ack;
+  ack.op = control::Op::kAck;
+  stats::Inc(stats::kShimAcksSent);
+  SendControl(p, control::EncodeControl(ack));
+}
+
+// Everything written but not acknowledged goes back to the front of the
+// backlog, in order, marked RETRANSMITTED (kernel rds_send_path_reset).
+void Engine::ReturnUnackedToBacklog(Path& p) {
+  for (auto it = p.unacked.rbegin(); it != p.unacked.rend(); ++it) {
+    if ((*it)->cancelled.load()) continue;
+    (*it)->header.flags |= wire::kFlagRetransmitted;
+    p.backlog.push_front(std::move(*it));
+  }
+  p.unacked.clear();
 }
 
 // ---------------------------------------------------------------------------
@@ -245,6 +328,24 @@ void Engine::PathSend(Path& p, MessagePtr m) {
 
 void Engine::ConnectPath(Path& p) {
   Connection& c = p.conn;
+  if (fault::Enabled()) {
+    if (fault::FailConnect()) {
+      stats::Inc(stats::kShimConnFailed);
+      SchedulePathRetry(p);
+      return;
+    }
+    absl::Duration delay = fault::ConnectDelay();
+    if (delay > absl::ZeroDuration() && !p.connect_delayed) {
+      p.connect_delayed = true;
+      Path* pp = &p;
+      p.retry_timer = loop_.After(delay, [this, pp] {
+        pp->retry_timer = 0;
+        if (!pp->link && !pp->connecting) ConnectPath(*pp);
+      });
+      return;
+    }
+    p.connect_delayed = false;
+  }
   int fd = -1;
   std::string desc;
   if (c.local) {
@@ -294,6 +395,7 @@ void Engine::ConnectPath(Path& p) {
     h.from_addr = pp->conn.key.laddr;
     h.to_addr = pp->conn.key.faddr;
     h.target_pid = pp->peer_pid;
+    h.ack = pp->rx_delivered;
     l->Send(control::EncodeHello(h));
   };
   cb.on_message = [this, pp, weak](wire::Header&& h, Payload&& payload) {
@@ -327,7 +429,7 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const
   p.connecting.reset();
   switch (h.result) {
     case control::HelloResult::kAccept:
-      AttachLink(p, link, h.gen);
+      AttachLink(p, link, h.gen, h.ack);
       return;
     case control::HelloResult::kRejectCollision: {
       // The peer's own link to us wins (or it already has one): wait for it,
@@ -353,14 +455,43 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const
   }
 }
 
-void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen) {
+void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen,
+                        uint64_t peer_ack) {
   if (p.link && p.link != link) {
-    // The peer opened a new link for a path we considered up: the old one is
-    // dead to it. Messages written on the old link but unread are lost until
-    // retransmission exists (issue 3).
     p.link->Close();
-    p.inflight.clear();
+    p.link.reset();
+    ReturnUnackedToBacklog(p);
   }
+  if (p.peer_gen != 0 && peer_gen != p.peer_gen) {
+    // A new incarnation of the peer engine: what was sent to the old one is
+    // stale (its sockets are gone), and both sequence spaces start again
+    // (kernel rds_conn_peer_gen_update).
+    log::Info("peer pid %d restarted (generation %08x -> %08x)", p.peer_pid, p.peer_gen, peer_gen);
+    stats::Inc(stats::kShimPeerRestarts);
+    std::deque<MessagePtr> keep;
+    for (MessagePtr& m : p.backlog) {
+      if (m->header.flags & wire::kFlagRetransmitted) {
+        DropMessage(m, stats::kShimSendDropNoRoute);
+      } else {
+        keep.push_back(std::move(m));
+      }
+    }
+    p.backlog.swap(keep);
+    p.next_rx_seq = 0;
+    p.rx_delivered = p.rx_acked = 0;
+  } else {
+    // What the peer already delivered need not be sent again.
+    std::deque<MessagePtr> keep;
+    for (MessagePtr& m : p.backlog) {
+      if ((m->header.flags & wire::kFlagRetransmitted) && m->header.sequence <= peer_ack) {
+        ReleaseSendSpace(*m);
+      } else {
+        keep.push_back(std::move(m));
+      }
+    }
+    p.backlog.swap(keep);
+  }
+  p.rx_messages = 0;
   if (p.retry_timer) {
     loop_.Cancel(p.retry_timer);
     p.retry_timer = 0;
@@ -374,14 +505,6 @@ void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer
   cb.on_message = [this, pp](wire::Header&& h, Payload&& payload) {
     OnPathMessage(*pp, std::move(h), std::move(payload));
   };
-  cb.on_sent = [pp](const MessagePtr& m) {
-    while (!pp->inflight.empty()) {
-      MessagePtr front = std::move(pp->inflight.front());
-      pp->inflight.pop_front();
-      if (front == m) break;
-    }
-    ReleaseSendSpace(*m);
-  };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
     if (pp->link != weak.lock()) return;
     OnPathDown(*pp, why);
@@ -393,8 +516,8 @@ void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer
   backlog.swap(p.backlog);
   for (MessagePtr& m : backlog) {
     if (m->cancelled.load()) continue;
-    p.inflight.push_back(m);
-    link->Send(std::move(m));
+    if (m->header.flags & wire::kFlagRetransmitted) stats::Inc(stats::kShimRetransmitted);
+    Transmit(p, std::move(m));
   }
   ResolvePending(p.conn);
 }
@@ -404,10 +527,9 @@ void Engine::OnPathDown(Path& p, const absl::Status& why) {
             why.ToString());
   stats::Inc(stats::kConnReset);
   p.link.reset();
-  // Without RDS-level acknowledgements (issue 3) the messages handed to the
-  // dead link cannot be known delivered; their send space is returned.
-  for (MessagePtr& m : p.inflight) ReleaseSendSpace(*m);
-  p.inflight.clear();
+  ReturnUnackedToBacklog(p);
+  // Route queries in flight on the dead link are asked again on the next.
+  p.conn.querying.clear();
   if (!p.backlog.empty()) SchedulePathRetry(p);
 }
 
@@ -435,10 +557,11 @@ void Engine::DropPath(Path& p, const char* why) {
   log::Info("dropping path to pid %d (%s): %s", p.peer_pid, p.conn.key.faddr.ToString(), why);
   Connection& c = p.conn;
   for (MessagePtr& m : p.backlog) DropMessage(m, stats::kShimSendDropNoRoute);
-  for (MessagePtr& m : p.inflight) ReleaseSendSpace(*m);
+  for (MessagePtr& m : p.unacked) DropMessage(m, stats::kShimSendDropNoRoute);
   p.backlog.clear();
-  p.inflight.clear();
+  p.unacked.clear();
   if (p.retry_timer) loop_.Cancel(p.retry_timer);
+  if (p.ack_timer) loop_.Cancel(p.ack_timer);
   if (p.link) p.link->Close();
   if (p.connecting) p.connecting->Close();
   for (auto it = c.routes.begin(); it != c.routes.end();) {
@@ -485,6 +608,13 @@ void Engine::Bury(std::unique_ptr<Path> p) {
 
 void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   Connection& c = p.conn;
+  if (fault::Enabled() && fault::ResetAfterMessage(++p.rx_messages)) {
+    // Test-only: the link breaks before this message is processed.
+    p.link->Close();
+    OnPathDown(p, absl::AbortedError("fault injection"));
+    return;
+  }
+  if (h.ack != 0) OnAck(p, h.ack);
   if (control::IsHello(h)) return;  // a stray hello on an open link is ignored
   if (wire::IsShimControl(h)) {
     absl::StatusOr<control::Control> ctl = control::DecodeControl(h, payload);
@@ -500,10 +630,31 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     return;
   }
   if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) return;
+  if ((h.flags & wire::kFlagRetransmitted) && h.sequence < p.next_rx_seq) {
+    // Already delivered before the link broke (kernel rds_recv_incoming).
+    stats::Inc(stats::kRecvDropOldSeq);
+    ScheduleAck(p, /*urgent=*/true);
+    return;
+  }
   p.next_rx_seq = h.sequence + 1;
+  if (!AcceptData(p, h, payload)) return;
+  p.rx_delivered = h.sequence;
+  p.rx_unacked_packets++;
+  p.rx_unacked_bytes += h.len;
+  const conf::Settings& cfg = conf::Get();
+  bool urgent = (h.flags & wire::kFlagAckRequired) ||
+                p.rx_unacked_packets >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
+                p.rx_unacked_bytes >= static_cast<uint64_t>(cfg.max_unacked_bytes);
+  ScheduleAck(p, urgent);
+}
+
+// Delivers a data message (ping, pong or to a socket). False if the message
+// was refused and must not be acknowledged (the link was reset).
+bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
+  Connection& c = p.conn;
   if (h.dport == 0) {
     stats::Inc(stats::kRecvPing);
-    if (!conf::Get().ping_enable || h.sport == 0) return;
+    if (!conf::Get().ping_enable || h.sport == 0) return true;
     auto pong = std::make_shared<Message>();
     pong->header.sport = 0;
     pong->header.dport = h.sport;
@@ -511,7 +662,7 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     pong->daddr = c.key.faddr;
     stats::Inc(stats::kSendPong);
     PathSend(p, std::move(pong));
-    return;
+    return true;
   }
   std::shared_ptr<RdsSocket> rs = FindBound(c.ns->key(), {c.key.laddr, h.dport});
   if (!rs) {
@@ -519,8 +670,25 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     control::Control notice;
     notice.op = control::Op::kPortUnreachable;
     notice.port = h.dport;
-    PathSend(p, control::EncodeControl(notice));
-    return;
+    SendControl(p, control::EncodeControl(notice));
+    return true;
+  }
+  bool overloaded;
+  {
+    absl::MutexLock lock(&rs->mu);
+    overloaded = rs->OverHardLimitLocked();
+  }
+  if (overloaded) {
+    // The peer ignores congestion and this socket's queue is far beyond its
+    // rcvbuf: refuse the message (unacknowledged, so it is retransmitted
+    // later) and reset the link. Memory stays bounded; nothing is lost.
+    stats::Inc(stats::kShimConnDropOverload);
+    log::Warn("%s: destination port %d is far over its receive buffer; resetting the link",
+              p.link->Describe(), h.dport);
+    p.next_rx_seq = h.sequence;  // the retransmission must be accepted
+    p.link->Close();
+    OnPathDown(p, absl::ResourceExhaustedError("receiver overloaded"));
+    return false;
   }
   auto m = std::make_shared<Message>();
   m->rx_trace[0] = m->rx_trace[1] = MonotonicNs();
@@ -529,6 +697,7 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   m->saddr = c.key.faddr;
   m->daddr = c.key.laddr;
   Deliver(*rs, std::move(m));
+  return true;
 }
 
 void Engine::OnPathControl(Path& p, const control::Control& ctl) {
@@ -540,7 +709,7 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
       reply.query_id = ctl.query_id;
       reply.port = ctl.port;
       reply.owner_pid = AnswerRouteQuery(c.ns, c.key.laddr, ctl.port);
-      PathSend(p, control::EncodeControl(reply));
+      SendControl(p, control::EncodeControl(reply));
       return;
     }
     case control::Op::kRouteReply:
@@ -549,6 +718,8 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
     case control::Op::kPortUnreachable:
       c.routes.erase(ctl.port);
       return;
+    case control::Op::kAck:
+      return;  // header.ack was applied on arrival
   }
 }
 
@@ -571,7 +742,7 @@ void Engine::Resolve(Connection& c, uint16_t port) {
     q.op = control::Op::kRouteQuery;
     q.query_id = next_query_id_++;
     q.port = port;
-    PathSend(*p, control::EncodeControl(q));
+    SendControl(*p, control::EncodeControl(q));
     return;
   }
   if (c.query_link || c.query_timer) return;  // one discovery connection at a time
@@ -740,7 +911,7 @@ void Engine::WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<Net
 }
 
 void Engine::Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
-                   uint32_t answer_pid, bool close_after) {
+                   uint32_t answer_pid, bool close_after, uint64_t ack) {
   control::Hello r;
   r.kind = control::HelloKind::kReply;
   r.result = result;
@@ -748,6 +919,7 @@ void Engine::Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult
   r.gen = gen_;
   r.uid = getuid();
   r.answer_pid = answer_pid;
+  r.ack = ack;
   link->Send(control::EncodeHello(r));
   if (close_after) {
     incoming_.erase(link);
@@ -854,8 +1026,10 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
     p.connecting.reset();
   }
   incoming_.erase(link);
-  Reply(link, control::HelloResult::kAccept, 0, false);
-  AttachLink(p, link, h.gen);
+  // A restarted peer (new generation) gets a fresh sequence space: no ack.
+  bool restarted = p.peer_gen != 0 && h.gen != p.peer_gen;
+  Reply(link, control::HelloResult::kAccept, 0, false, restarted ? 0 : p.rx_delivered);
+  AttachLink(p, link, h.gen, h.ack);
 }
 
 // ---------------------------------------------------------------------------
@@ -865,7 +1039,7 @@ size_t Engine::PendingMessages() {
   size_t n = 0;
   for (auto& [key, c] : connections_) {
     for (auto& [port, q] : c->unresolved) n += q.size();
-    for (auto& [pid, p] : c->paths) n += p->backlog.size() + p->inflight.size();
+    for (auto& [pid, p] : c->paths) n += p->backlog.size() + p->unacked.size();
   }
   return n;
 }
@@ -904,7 +1078,7 @@ void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoi
       for (auto& [port, q] : c->unresolved) cancel(q);
       for (auto& [pid, p] : c->paths) {
         cancel(p->backlog);
-        cancel(p->inflight);
+        cancel(p->unacked);
       }
     }
     done.Notify();

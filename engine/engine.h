@@ -77,10 +77,17 @@ class Engine {
   uint32_t LocalOwner(Connection& c, uint16_t port);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);
+  void Transmit(Path& p, MessagePtr m);
+  void SendControl(Path& p, MessagePtr m);
+  void OnAck(Path& p, uint64_t ack);
+  void ScheduleAck(Path& p, bool urgent);
+  void SendAck(Path& p);
+  void ReturnUnackedToBacklog(Path& p);
   void ConnectPath(Path& p);
   void OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const control::Hello& h);
-  void AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen);
+  void AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen, uint64_t peer_ack);
   void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);
+  bool AcceptData(Path& p, const wire::Header& h, Payload& payload);
   void OnPathControl(Path& p, const control::Control& ctl);
   void OnPathDown(Path& p, const absl::Status& why);
   void SchedulePathRetry(Path& p);
@@ -100,7 +107,7 @@ class Engine {
   void AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shared_ptr<NetNs>& ns,
                   const control::Hello& h);
   void Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
-             uint32_t answer_pid, bool close_after);
+             uint32_t answer_pid, bool close_after, uint64_t ack = 0);
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
   void SendCongestionMap(Path& p);

@@ -91,6 +91,13 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
 
   int RdsSndbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_sndbuf / 2; }
   int RdsRcvbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_rcvbuf / 2; }
+  // Kernel RDS never drops for rcvbuf (congestion is back-pressure only). A
+  // peer that ignores congestion could still grow a queue without bound, so
+  // far beyond it the engine refuses further messages (they are not
+  // acknowledged and come back later): 16 × rcvbuf + 16 MiB.
+  bool OverHardLimitLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return rcv_bytes > 16 * static_cast<size_t>(RdsRcvbuf()) + (size_t{16} << 20);
+  }
   bool Readable() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return !recv_queue.empty() || cong_notify != 0 || !zcookies.empty();
   }

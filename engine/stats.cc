@@ -54,6 +54,11 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_route_queries",
     "shim_send_drop_no_route",
     "shim_send_drop_cancelled",
+    "shim_retransmitted",
+    "shim_acks_sent",
+    "shim_conn_drop_overload",
+    "shim_fault_injected",
+    "shim_peer_restarts",
 };
 
 }  // namespace

@@ -59,6 +59,11 @@ enum Counter : int {
   kShimRouteQueries,
   kShimSendDropNoRoute,      // messages to a port nobody has bound
   kShimSendDropCancelled,    // queued messages dropped because their socket closed
+  kShimRetransmitted,        // messages sent again after a link failure
+  kShimAcksSent,             // acknowledgement-only messages
+  kShimConnDropOverload,     // a peer kept sending to a socket far over its rcvbuf
+  kShimFaultInjected,        // test-only fault injection fired
+  kShimPeerRestarts,         // a peer engine came back with a new generation
   kNumCounters,
 };
 

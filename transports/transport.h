@@ -29,7 +29,9 @@ class Link {
     std::function<void()> on_connected;
     // A message has been written completely (its send space may be freed).
     std::function<void(const MessagePtr& m)> on_sent;
-    // The link failed or the peer closed it; no callback follows.
+    // The link failed or the peer closed it; no callback follows. Reported
+    // from the event loop (never from inside Send); messages sent after the
+    // failure and before this callback are silently dropped.
     std::function<void(const absl::Status& why)> on_closed;
   };
 

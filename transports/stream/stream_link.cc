@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "engine/fault.h"
 #include "engine/log.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
@@ -80,9 +81,13 @@ void StreamLink::CloseAfterFlush() {
 void StreamLink::Fail(const absl::Status& why) {
   if (closed_) return;
   log::Debug("link %s closed: %s", description_, why.ToString());
-  auto keep = shared_from_this();  // callbacks may drop the owner's reference
   Close();
-  if (cb_.on_closed) cb_.on_closed(why);
+  // Reported from the event loop, never from inside Send(): the caller may be
+  // in the middle of handing this link a batch of messages.
+  auto keep = shared_from_this();
+  loop_.Post([keep, why] {
+    if (keep->cb_.on_closed) keep->cb_.on_closed(why);
+  });
 }
 
 void StreamLink::UpdateInterest() {
@@ -189,6 +194,15 @@ void StreamLink::Flush() {
       out_.pop_front();
     }
     if (out_.empty()) break;
+    if (out_.front().offset == 0 && fault::Enabled() && fault::CutMidMessage()) {
+      // Test-only: half of this message reaches the peer, then the link dies.
+      Out& o = out_.front();
+      struct iovec part[2] = {{o.header, wire::kHeaderSize},
+                              {o.m->payload.data(), o.m->payload.size() / 2}};
+      sys::Writev(fd_, part, o.m->payload.size() / 2 ? 2 : 1);
+      Fail(absl::AbortedError("fault injection: cut mid-message"));
+      return;
+    }
     struct iovec iov[kMaxIov];
     int n = 0;
     for (auto it = out_.begin(); it != out_.end() && n + 2 <= kMaxIov; ++it) {
