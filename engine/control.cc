@@ -40,6 +40,7 @@ class Reader {
  public:
   Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
   bool ok() const { return ok_; }
+  size_t remaining() const { return n_ - off_; }
   uint8_t U8() { return Take<uint8_t>(); }
   uint16_t U16() { return be16toh(Take<uint16_t>()); }
   uint32_t U32() { return be32toh(Take<uint32_t>()); }
@@ -142,8 +143,10 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   h.target_pid = r.U32();
   h.query_port = r.U16();
   h.answer_pid = r.U32();
-  h.ack = r.U64();
   if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
+  // Trailing fields added later are optional: an older or simpler peer's
+  // hello simply ends before them.
+  if (r.remaining() >= sizeof(uint64_t)) h.ack = r.U64();
   return h;
 }
 

@@ -52,7 +52,8 @@ struct Hello {
   uint32_t answer_pid = 0;
   // kLink and its kAccept reply: the highest sequence the sender has
   // delivered on this path (its cumulative acknowledgement), so a reconnect
-  // resumes without retransmitting what already arrived.
+  // resumes without retransmitting what already arrived. Optional on the
+  // wire (absent means 0).
   uint64_t ack = 0;
 };
 
