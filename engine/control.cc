@@ -146,7 +146,10 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
   // Trailing fields added later are optional: an older or simpler peer's
   // hello simply ends before them.
-  if (r.remaining() >= sizeof(uint64_t)) h.ack = r.U64();
+  if (r.remaining() > 0) {
+    h.ack = r.U64();
+    if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
+  }
   return h;
 }
 

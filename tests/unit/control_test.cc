@@ -43,6 +43,18 @@ TEST(ControlTest, ReplyIsShapedAsAPong) {
   EXPECT_EQ(DecodeHello(m->header, m->payload)->answer_pid, 7u);
 }
 
+TEST(ControlTest, ResumeAckRoundTripsAndIsOptional) {
+  Hello h;
+  h.ack = 0x0102030405060708ULL;
+  MessagePtr m = EncodeHello(h);
+  EXPECT_EQ(DecodeHello(m->header, m->payload)->ack, h.ack);
+  // A hello that ends before the optional field means "ack 0".
+  Payload without(m->payload.data(), m->payload.size() - sizeof(uint64_t));
+  absl::StatusOr<Hello> old = DecodeHello(m->header, without);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->ack, 0u);
+}
+
 TEST(ControlTest, TruncatedOrForeignHelloIsRejected) {
   Hello h;
   MessagePtr m = EncodeHello(h);
