@@ -48,6 +48,9 @@ const std::vector<Spec>& Schema() {
   static const auto* schema = new std::vector<Spec>{
       {"RUNDIR", &Settings::rundir, [] { return std::string("/tmp/rds-preload"); }, {0, 0},
        "directory of the host registry shared by every shim process (ports, engine sockets)"},
+      {"LINK_UIDS", &Settings::link_uids, [] { return std::string(); }, {0, 0},
+       "other users whose processes may open same-host links to this one: empty (only the "
+       "same user), a comma-separated uid list, or 'all' for a shared multi-user host"},
       {"TCP_PORT", &Settings::tcp_port, [] { return std::string("16385"); }, {1, 65535},
        "TCP port every shim engine listens on for other hosts (kernel RDS_TCP_PORT)"},
       {"WMEM_DEFAULT", &Settings::wmem_default,

@@ -21,6 +21,7 @@ inline constexpr const char kEnvPrefix[] = "RDS_PRELOAD_";
 
 struct Settings {
   std::string rundir;          // host registry directory (shared by all shim processes)
+  std::string link_uids;       // extra uids whose engines may link to ours ("all" or "1000,1001")
   int64_t tcp_port;            // rendezvous TCP port (kernel RDS_TCP_PORT)
   // Default SO_SNDBUF/SO_RCVBUF of a new socket, as stored (net.core.[wr]mem_default).
   // The caps (net.core.[wr]mem_max) are the host's own: the kernel applies

@@ -8,7 +8,9 @@
 #include <cstring>
 
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "conf/settings.h"
@@ -40,6 +42,19 @@ uint32_t RandomGen() {
     g = absl::Uniform<uint32_t>(gen);
   } while (g == 0);
   return g;
+}
+
+// Same-host links come only from our own user unless RDS_PRELOAD_LINK_UIDS
+// names others (or "all").
+bool LinkAllowedFrom(uid_t uid) {
+  if (uid == getuid()) return true;
+  const std::string& allowed = conf::Get().link_uids;
+  if (allowed == "all") return true;
+  for (absl::string_view item : absl::StrSplit(allowed, ',', absl::SkipWhitespace())) {
+    uint32_t u;
+    if (absl::SimpleAtoi(item, &u) && u == uid) return true;
+  }
+  return false;
 }
 
 bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEndpoint>& dest) {
@@ -871,8 +886,10 @@ void Engine::OnUnixAccept() {
     int fd = unix_link::Accept(listener);
     if (fd < 0) return;
     absl::StatusOr<uid_t> uid = unix_link::PeerUid(fd);
-    if (!uid.ok() || *uid != getuid()) {
-      log::Warn("refusing a same-host link from uid %d", uid.ok() ? static_cast<int>(*uid) : -1);
+    if (!uid.ok() || !LinkAllowedFrom(*uid)) {
+      log::Warn("refusing a same-host link from uid %d (see RDS_PRELOAD_LINK_UIDS)",
+                uid.ok() ? static_cast<int>(*uid) : -1);
+      stats::Inc(stats::kShimLinkRefused);
       sys::CloseInternal(fd);
       continue;
     }

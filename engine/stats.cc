@@ -59,6 +59,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_conn_drop_overload",
     "shim_fault_injected",
     "shim_peer_restarts",
+    "shim_link_refused",
 };
 
 }  // namespace

@@ -64,6 +64,7 @@ enum Counter : int {
   kShimConnDropOverload,     // a peer kept sending to a socket far over its rcvbuf
   kShimFaultInjected,        // test-only fault injection fired
   kShimPeerRestarts,         // a peer engine came back with a new generation
+  kShimLinkRefused,          // a same-host link from a user not allowed to link
   kNumCounters,
 };
 
