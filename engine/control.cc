@@ -114,6 +114,7 @@ MessagePtr EncodeHello(const Hello& h) {
   w.U16(h.query_port);
   w.U32(h.answer_pid);
   w.U64(h.ack);
+  w.U32(h.info_option);
   return Finish(header, w.bytes());
 }
 
@@ -130,7 +131,7 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   Hello h;
   uint16_t kind = r.U16();
   uint16_t result = r.U16();
-  if (kind < 1 || kind > 4 || result > 4) return absl::InvalidArgumentError("bad hello kind");
+  if (kind < 1 || kind > 5 || result > 4) return absl::InvalidArgumentError("bad hello kind");
   h.kind = static_cast<HelloKind>(kind);
   h.result = static_cast<HelloResult>(result);
   h.pid = r.U32();
@@ -150,6 +151,10 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
     h.ack = r.U64();
     if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
   }
+  if (r.remaining() > 0) {
+    h.info_option = r.U32();
+    if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
+  }
   return h;
 }
 
@@ -163,12 +168,13 @@ MessagePtr EncodeControl(const Control& c) {
   w.U32(c.query_id);
   w.U16(c.port);
   w.U32(c.owner_pid);
+  w.Bytes(c.data.data(), c.data.size());
   return Finish(header, w.bytes());
 }
 
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload) {
   std::optional<uint8_t> op = wire::ParseExtHeaders(header).shim_control;
-  if (!wire::IsShimControl(header) || !op || *op < 1 || *op > 4) {
+  if (!wire::IsShimControl(header) || !op || *op < 1 || *op > 5) {
     return absl::InvalidArgumentError("not a shim control message");
   }
   Reader r(payload.data(), payload.size());
@@ -178,6 +184,8 @@ absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload&
   c.port = r.U16();
   c.owner_pid = r.U32();
   if (!r.ok()) return absl::InvalidArgumentError("truncated control message");
+  c.data.resize(r.remaining());
+  r.Bytes(c.data.data(), c.data.size());
   return c;
 }
 

@@ -14,6 +14,7 @@
 #define RDS_ENGINE_CONTROL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/addr.h"
@@ -28,6 +29,7 @@ enum class HelloKind : uint16_t {
   kQuery = 2,    // who owns `query_port` at `to_addr`? (answered, then closed)
   kReply = 3,    // answer to kLink or kQuery
   kHandoff = 4,  // same-host: "take this accepted TCP connection" (+ SCM_RIGHTS)
+  kInfo = 5,     // same-host: "send me your RDS_INFO items for `info_option` in `ns`"
 };
 
 enum class HelloResult : uint16_t {
@@ -55,6 +57,8 @@ struct Hello {
   // resumes without retransmitting what already arrived. Optional on the
   // wire (absent means 0).
   uint64_t ack = 0;
+  // kInfo: the RDS_INFO option asked for. Optional on the wire.
+  uint32_t info_option = 0;
 };
 
 // A hello as a message ready for a link (header + payload).
@@ -68,6 +72,7 @@ enum class Op : uint8_t {
   kRouteReply = 2,       // `owner_pid` owns `port` (0: nobody)
   kPortUnreachable = 3,  // a message to `port` found no socket here: re-resolve
   kAck = 4,              // acknowledgement only: everything up to header.ack is delivered
+  kInfoData = 5,         // answer to a kInfo hello: items of `query_id` bytes each in `data`
 };
 
 struct Control {
@@ -75,6 +80,7 @@ struct Control {
   uint32_t query_id = 0;
   uint16_t port = 0;
   uint32_t owner_pid = 0;
+  std::vector<uint8_t> data;  // kInfoData only
 };
 
 MessagePtr EncodeControl(const Control& c);

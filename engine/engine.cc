@@ -18,6 +18,7 @@
 #include "engine/cong.h"
 #include "engine/errors.h"
 #include "engine/fault.h"
+#include "engine/info.h"
 #include "engine/fork.h"
 #include "engine/log.h"
 #include "engine/recv.h"
@@ -93,7 +94,10 @@ void Engine::Start() {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this] { loop_.Run(); });
+  thread_ = std::thread([this] {
+    loop_tid_.store(gettid());
+    loop_.Run();
+  });
   thread_.detach();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   log::Debug("engine started (pid %d, generation %08x)", pid_, gen_);
@@ -974,6 +978,28 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
       AcceptLink(tcp_link, ns, as_link);
       return;
     }
+    case control::HelloKind::kInfo: {
+      // Same-host only: this engine's share of an RDS_INFO answer.
+      std::shared_ptr<NetNs> ns = tcp_ns ? nullptr : ServedNetNs(hello->ns);
+      if (!ns) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      absl::StatusOr<InfoItems> items = LocalInfoItems(static_cast<int>(hello->info_option), ns);
+      if (!items.ok()) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      control::Control data;
+      data.op = control::Op::kInfoData;
+      data.query_id = static_cast<uint32_t>(items->each);
+      data.data = std::move(items->bytes);
+      Reply(link, control::HelloResult::kAnswer, pid_, false);
+      link->Send(control::EncodeControl(data));
+      incoming_.erase(link);
+      link->CloseAfterFlush();
+      return;
+    }
     case control::HelloKind::kQuery: {
       if (!tcp_ns) {
         Reply(link, control::HelloResult::kRefused, 0, true);
@@ -1047,6 +1073,66 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
   bool restarted = p.peer_gen != 0 && h.gen != p.peer_gen;
   Reply(link, control::HelloResult::kAccept, 0, false, restarted ? 0 : p.rx_delivered);
   AttachLink(p, link, h.gen, h.ack);
+}
+
+// ---------------------------------------------------------------------------
+// Introspection.
+
+bool Engine::OnEngineThread() const { return gettid() == loop_tid_.load(); }
+
+std::vector<PathInfo> Engine::Snapshot(NetNsKey ns) {
+  auto collect = [this, ns] {
+    std::vector<PathInfo> out;
+    auto describe = [](const MessagePtr& m, const Connection& c) {
+      MessageInfo mi;
+      mi.seq = m->header.sequence;
+      mi.len = m->header.len;
+      mi.laddr = c.key.laddr;
+      mi.faddr = c.key.faddr;
+      mi.lport = m->header.sport;
+      mi.fport = m->header.dport;
+      mi.flags = m->header.flags;
+      return mi;
+    };
+    for (auto& [key, c] : connections_) {
+      if (key.ns != ns) continue;
+      for (auto& [pid, p] : c->paths) {
+        PathInfo pi;
+        pi.laddr = key.laddr;
+        pi.faddr = key.faddr;
+        pi.peer_pid = pid;
+        pi.same_host = c->local;
+        pi.up = p->link != nullptr;
+        pi.connecting = p->connecting != nullptr;
+        pi.next_tx_seq = p->next_tx_seq;
+        pi.next_rx_seq = p->next_rx_seq;
+        for (const MessagePtr& m : p->backlog) pi.send.push_back(describe(m, *c));
+        for (const MessagePtr& m : p->unacked) pi.retrans.push_back(describe(m, *c));
+        if (p->link && !c->local) {
+          sockaddr_storage ss;
+          socklen_t len = sizeof(ss);
+          if (sys::Getsockname(p->link->fd(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+            pi.tcp_local = FromKernelSockaddr(ss);
+          }
+          len = sizeof(ss);
+          if (sys::Getpeername(p->link->fd(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+            pi.tcp_peer = FromKernelSockaddr(ss);
+          }
+        }
+        out.push_back(std::move(pi));
+      }
+    }
+    return out;
+  };
+  if (OnEngineThread()) return collect();
+  std::vector<PathInfo> result;
+  absl::Notification done;
+  loop_.Post([&] {
+    result = collect();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
 }
 
 // ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -34,6 +35,29 @@
 namespace rds {
 
 class RdsSocket;
+
+// What RDS_INFO and rdsctl show of the engine's connections (a copy taken on
+// the engine thread).
+struct MessageInfo {
+  uint64_t seq = 0;
+  uint32_t len = 0;
+  RdsAddr laddr, faddr;
+  uint16_t lport = 0, fport = 0;
+  uint8_t flags = 0;
+};
+struct PathInfo {
+  RdsAddr laddr, faddr;
+  uint32_t peer_pid = 0;
+  bool same_host = false;
+  bool up = false;
+  bool connecting = false;
+  uint64_t next_tx_seq = 0;
+  uint64_t next_rx_seq = 0;
+  std::vector<MessageInfo> send;     // not yet written (backlog)
+  std::vector<MessageInfo> retrans;  // written, not yet acknowledged
+  // The TCP connection under an up remote path.
+  std::optional<RdsEndpoint> tcp_local, tcp_peer;
+};
 
 class Engine {
  public:
@@ -61,6 +85,11 @@ class Engine {
   // been written to its transport, as kernel RDS has written it to TCP or
   // delivered it over loopback by the time sendmsg returns.
   static void DrainAtExit(absl::Duration limit);
+
+  // The paths of namespace `ns`. From any thread (waits for the engine
+  // thread), or directly on the engine thread.
+  std::vector<PathInfo> Snapshot(NetNsKey ns);
+  bool OnEngineThread() const;
 
   uint32_t pid() const { return pid_; }
   uint32_t gen() const { return gen_; }
@@ -117,6 +146,7 @@ class Engine {
   const uint32_t gen_;
   EventLoop loop_;
   std::thread thread_;
+  std::atomic<pid_t> loop_tid_{0};
 
   absl::Mutex serve_mu_;
   int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;

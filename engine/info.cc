@@ -1,38 +1,44 @@
-// engine/info.cc — RDS_INFO_* producers and length negotiation.
+// engine/info.cc — RDS_INFO producers, the host-wide merge, and length
+// negotiation.
 #include "engine/info.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <linux/rds.h>
+#include <poll.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <vector>
+#include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "engine/control.h"
+#include "engine/engine.h"
 #include "engine/errors.h"
-#include "engine/log.h"
+#include "engine/reassembler.h"
+#include "engine/registry.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
+#include "engine/sys.h"
 #include "engine/usercopy.h"
 
 namespace rds {
 namespace {
 
-// One producer's answer: `each`-sized items, already laid out.
-struct Items {
-  size_t each = 0;
-  std::vector<uint8_t> bytes;
-  // The kernel's counters producer copies nothing when not all items fit.
-  size_t count() const { return each ? bytes.size() / each : 0; }
-};
-
 template <typename T>
-void Append(Items* items, const T& item) {
+void Append(InfoItems* items, const T& item) {
   const auto* p = reinterpret_cast<const uint8_t*>(&item);
   items->bytes.insert(items->bytes.end(), p, p + sizeof(T));
 }
 
-Items Counters() {
-  Items items{sizeof(rds_info_counter), {}};
+void Copy16(const RdsAddr& a, in6_addr* out) { *out = a.V6(); }
+
+InfoItems Counters() {
+  InfoItems items{sizeof(rds_info_counter), {}};
   for (int c = 0; c < stats::kNumCounters; ++c) {
     rds_info_counter ctr = {};
     std::strncpy(reinterpret_cast<char*>(ctr.name), stats::Name(static_cast<stats::Counter>(c)),
@@ -43,20 +49,20 @@ Items Counters() {
   return items;
 }
 
-Items Sockets(RdsSocket& caller, bool v6) {
-  Items items{v6 ? sizeof(rds6_info_socket) : sizeof(rds_info_socket), {}};
-  for (const std::shared_ptr<RdsSocket>& s : LiveSockets(caller.ns->key())) {
+InfoItems Sockets(const std::shared_ptr<NetNs>& ns, bool v6) {
+  InfoItems items{v6 ? sizeof(rds6_info_socket) : sizeof(rds_info_socket), {}};
+  for (const std::shared_ptr<RdsSocket>& s : LiveSockets(ns->key())) {
     absl::MutexLock lock(&s->mu);
     if (v6) {
       rds6_info_socket info = {};
       info.sndbuf = s->RdsSndbuf();
       info.rcvbuf = s->RdsRcvbuf();
       if (s->bound) {
-        info.bound_addr = s->bound->addr.V6();
+        Copy16(s->bound->addr, &info.bound_addr);
         info.bound_port = htons(s->bound->port);
       }
       if (s->connected) {
-        info.connected_addr = s->connected->addr.V6();
+        Copy16(s->connected->addr, &info.connected_addr);
         info.connected_port = htons(s->connected->port);
       }
       info.inum = s->inode;
@@ -79,37 +85,285 @@ Items Sockets(RdsSocket& caller, bool v6) {
   return items;
 }
 
+bool BothV4(const RdsAddr& a, const RdsAddr& b) { return a.IsV4Mapped() && b.IsV4Mapped(); }
+
+InfoItems Connections(const std::vector<PathInfo>& paths, bool v6) {
+  InfoItems items{v6 ? sizeof(rds6_info_connection) : sizeof(rds_info_connection), {}};
+  for (const PathInfo& p : paths) {
+    if (!v6 && !BothV4(p.laddr, p.faddr)) continue;
+    uint8_t flags = (p.up ? RDS_INFO_CONNECTION_FLAG_CONNECTED : 0) |
+                    (p.connecting ? RDS_INFO_CONNECTION_FLAG_CONNECTING : 0) |
+                    (!p.send.empty() ? RDS_INFO_CONNECTION_FLAG_SENDING : 0);
+    // Same-host links play the kernel's loopback connections.
+    const char* transport = p.same_host ? "loopback" : "tcp";
+    if (v6) {
+      rds6_info_connection c = {};
+      c.next_tx_seq = p.next_tx_seq;
+      c.next_rx_seq = p.next_rx_seq;
+      Copy16(p.laddr, &c.laddr);
+      Copy16(p.faddr, &c.faddr);
+      std::strncpy(reinterpret_cast<char*>(c.transport), transport, TRANSNAMSIZ - 1);
+      c.flags = flags;
+      Append(&items, c);
+    } else {
+      rds_info_connection c = {};
+      c.next_tx_seq = p.next_tx_seq;
+      c.next_rx_seq = p.next_rx_seq;
+      c.laddr = p.laddr.V4().s_addr;
+      c.faddr = p.faddr.V4().s_addr;
+      std::strncpy(reinterpret_cast<char*>(c.transport), transport, TRANSNAMSIZ - 1);
+      c.flags = flags;
+      Append(&items, c);
+    }
+  }
+  return items;
+}
+
+template <typename Info>
+void FillMessage(Info* out, const MessageInfo& m) {
+  out->seq = m.seq;
+  out->len = m.len;
+  out->lport = htons(m.lport);
+  out->fport = htons(m.fport);
+  out->flags = m.flags;
+}
+
+InfoItems SendOrRetrans(const std::vector<PathInfo>& paths, bool retrans, bool v6) {
+  InfoItems items{v6 ? sizeof(rds6_info_message) : sizeof(rds_info_message), {}};
+  for (const PathInfo& p : paths) {
+    if (!v6 && !BothV4(p.laddr, p.faddr)) continue;
+    for (const MessageInfo& m : retrans ? p.retrans : p.send) {
+      if (v6) {
+        rds6_info_message info = {};
+        FillMessage(&info, m);
+        Copy16(m.laddr, &info.laddr);
+        Copy16(m.faddr, &info.faddr);
+        Append(&items, info);
+      } else {
+        rds_info_message info = {};
+        FillMessage(&info, m);
+        info.laddr = m.laddr.V4().s_addr;
+        info.faddr = m.faddr.V4().s_addr;
+        Append(&items, info);
+      }
+    }
+  }
+  return items;
+}
+
+InfoItems RecvQueues(const std::shared_ptr<NetNs>& ns, bool v6) {
+  InfoItems items{v6 ? sizeof(rds6_info_message) : sizeof(rds_info_message), {}};
+  for (const std::shared_ptr<RdsSocket>& s : LiveSockets(ns->key())) {
+    absl::MutexLock lock(&s->mu);
+    if (!s->bound || (!v6 && !s->bound->addr.IsV4Mapped())) continue;
+    for (const MessagePtr& m : s->recv_queue) {
+      MessageInfo mi;
+      mi.seq = m->header.sequence;
+      mi.len = m->header.len;
+      mi.laddr = s->bound->addr;
+      mi.faddr = m->saddr;
+      mi.lport = s->bound->port;
+      mi.fport = m->header.sport;
+      if (v6) {
+        rds6_info_message info = {};
+        FillMessage(&info, mi);
+        Copy16(mi.laddr, &info.laddr);
+        Copy16(mi.faddr, &info.faddr);
+        Append(&items, info);
+      } else {
+        rds_info_message info = {};
+        FillMessage(&info, mi);
+        info.laddr = mi.laddr.V4().s_addr;
+        info.faddr = mi.faddr.V4().s_addr;
+        Append(&items, info);
+      }
+    }
+  }
+  return items;
+}
+
+InfoItems TcpSockets(const std::vector<PathInfo>& paths, bool v6) {
+  InfoItems items{v6 ? sizeof(rds6_info_tcp_socket) : sizeof(rds_info_tcp_socket), {}};
+  for (const PathInfo& p : paths) {
+    if (!p.tcp_local || !p.tcp_peer) continue;
+    if (v6) {
+      rds6_info_tcp_socket t = {};
+      Copy16(p.tcp_local->addr, &t.local_addr);
+      t.local_port = htons(p.tcp_local->port);
+      Copy16(p.tcp_peer->addr, &t.peer_addr);
+      t.peer_port = htons(p.tcp_peer->port);
+      Append(&items, t);
+    } else {
+      if (!BothV4(p.tcp_local->addr, p.tcp_peer->addr)) continue;
+      rds_info_tcp_socket t = {};
+      t.local_addr = p.tcp_local->addr.V4().s_addr;
+      t.local_port = htons(p.tcp_local->port);
+      t.peer_addr = p.tcp_peer->addr.V4().s_addr;
+      t.peer_port = htons(p.tcp_peer->port);
+      Append(&items, t);
+    }
+  }
+  return items;
+}
+
+// Counters are summed by name across engines; everything else concatenates.
+void Merge(int option, InfoItems* into, const InfoItems& other) {
+  if (other.each != into->each) return;  // a different layout: not comparable
+  if (option != RDS_INFO_COUNTERS) {
+    into->bytes.insert(into->bytes.end(), other.bytes.begin(), other.bytes.end());
+    return;
+  }
+  for (size_t off = 0; off + sizeof(rds_info_counter) <= other.bytes.size();
+       off += sizeof(rds_info_counter)) {
+    rds_info_counter theirs;
+    std::memcpy(&theirs, other.bytes.data() + off, sizeof(theirs));
+    bool found = false;
+    for (size_t mine = 0; mine + sizeof(rds_info_counter) <= into->bytes.size();
+         mine += sizeof(rds_info_counter)) {
+      rds_info_counter ours;
+      std::memcpy(&ours, into->bytes.data() + mine, sizeof(ours));
+      if (std::memcmp(ours.name, theirs.name, sizeof(ours.name)) == 0) {
+        ours.value += theirs.value;
+        std::memcpy(into->bytes.data() + mine, &ours, sizeof(ours));
+        found = true;
+        break;
+      }
+    }
+    if (!found) Append(into, theirs);
+  }
+}
+
+// Asks the engine listening at `path` for its items (bounded: 1 s).
+std::optional<InfoItems> QueryEngine(const std::string& path, int option, NetNsKey ns) {
+  sockaddr_un sun = {};
+  sun.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(sun.sun_path)) return std::nullopt;
+  std::memcpy(sun.sun_path, path.data(), path.size());
+  int fd = sys::Socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  struct timeval tv = {1, 0};
+  sys::Setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sys::Setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::optional<InfoItems> result;
+  if (sys::Connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0) {
+    control::Hello h;
+    h.kind = control::HelloKind::kInfo;
+    h.pid = static_cast<uint32_t>(getpid());
+    h.uid = getuid();
+    h.ns = ns;
+    h.info_option = static_cast<uint32_t>(option);
+    MessagePtr m = control::EncodeHello(h);
+    std::vector<uint8_t> out(wire::kHeaderSize + m->payload.size());
+    wire::Encode(m->header, out.data());
+    std::memcpy(out.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
+    if (sys::WriteAll(fd, out.data(), out.size())) {
+      Reassembler reader;
+      bool done = false;
+      auto sink = [&](wire::Header&& hdr, Payload&& payload) {
+        absl::StatusOr<control::Control> c = control::DecodeControl(hdr, payload);
+        if (c.ok() && c->op == control::Op::kInfoData) {
+          result = InfoItems{c->query_id, std::move(c->data)};
+          done = true;
+        } else if (control::IsHello(hdr)) {
+          absl::StatusOr<control::Hello> reply = control::DecodeHello(hdr, payload);
+          if (!reply.ok() || reply->result != control::HelloResult::kAnswer) done = true;
+        }
+      };
+      std::vector<uint8_t> buf(64 * 1024);
+      while (!done) {
+        ssize_t n = sys::Read(fd, buf.data(), buf.size());
+        if (n <= 0) break;
+        if (!reader.Feed({buf.data(), static_cast<size_t>(n)}, sink).ok()) break;
+      }
+    }
+  }
+  sys::Close(fd);
+  return result;
+}
+
+bool Registered(int option) {
+  switch (option) {
+    case RDS_INFO_COUNTERS:
+    case RDS_INFO_CONNECTIONS:
+    case RDS_INFO_SEND_MESSAGES:
+    case RDS_INFO_RETRANS_MESSAGES:
+    case RDS_INFO_RECV_MESSAGES:
+    case RDS_INFO_SOCKETS:
+    case RDS_INFO_TCP_SOCKETS:
+    case RDS6_INFO_CONNECTIONS:
+    case RDS6_INFO_SEND_MESSAGES:
+    case RDS6_INFO_RETRANS_MESSAGES:
+    case RDS6_INFO_RECV_MESSAGES:
+    case RDS6_INFO_SOCKETS:
+    case RDS6_INFO_TCP_SOCKETS:
+      return true;
+    default:
+      // 10002 (retired FLOWS), 10009/10010 (never registered), 10008/10017
+      // (InfiniBand: needs rds_rdma).
+      return false;
+  }
+}
+
 }  // namespace
 
-absl::StatusOr<int> InfoGetSockOpt(RdsSocket& rs, int name, void* optval, socklen_t* optlen) {
+absl::StatusOr<InfoItems> LocalInfoItems(int option, const std::shared_ptr<NetNs>& ns) {
+  if (!Registered(option)) return RdsError(ENOPROTOOPT);
+  switch (option) {
+    case RDS_INFO_COUNTERS: return Counters();
+    case RDS_INFO_SOCKETS: return Sockets(ns, false);
+    case RDS6_INFO_SOCKETS: return Sockets(ns, true);
+    case RDS_INFO_RECV_MESSAGES: return RecvQueues(ns, false);
+    case RDS6_INFO_RECV_MESSAGES: return RecvQueues(ns, true);
+    default: break;
+  }
+  std::vector<PathInfo> paths = Engine::Get().Snapshot(ns->key());
+  switch (option) {
+    case RDS_INFO_CONNECTIONS: return Connections(paths, false);
+    case RDS6_INFO_CONNECTIONS: return Connections(paths, true);
+    case RDS_INFO_SEND_MESSAGES: return SendOrRetrans(paths, false, false);
+    case RDS6_INFO_SEND_MESSAGES: return SendOrRetrans(paths, false, true);
+    case RDS_INFO_RETRANS_MESSAGES: return SendOrRetrans(paths, true, false);
+    case RDS6_INFO_RETRANS_MESSAGES: return SendOrRetrans(paths, true, true);
+    case RDS_INFO_TCP_SOCKETS: return TcpSockets(paths, false);
+    default: return TcpSockets(paths, true);
+  }
+}
+
+absl::StatusOr<int> InfoGetSockOpt(RdsSocket& rs, int option, void* optval, socklen_t* optlen) {
   int len = 0;
   if (absl::Status s = usercopy::FromUser(&len, optlen, sizeof(len)); !s.ok()) return s;
   if (len < 0) return RdsError(EINVAL);
-  Items items;
-  switch (name) {
-    case RDS_INFO_COUNTERS: items = Counters(); break;
-    case RDS_INFO_SOCKETS: items = Sockets(rs, false); break;
-    case RDS6_INFO_SOCKETS: items = Sockets(rs, true); break;
-    default:
-      // Connections, message queues and TCP sockets are published with the
-      // host-wide RDS_INFO support (issue 5); until then they are reported as
-      // an option this kernel does not have.
-      log::Info("getsockopt(SOL_RDS, %d): RDS_INFO option not provided by rds-preload yet", name);
-      return RdsError(ENOPROTOOPT);
+  absl::StatusOr<InfoItems> items = LocalInfoItems(option, rs.ns);
+  if (!items.ok()) return items.status();
+
+  // Every other engine of the host that serves this namespace.
+  const std::string& rundir = HostRegistry::Get().rundir();
+  if (DIR* d = opendir(rundir.c_str())) {
+    uint32_t self = static_cast<uint32_t>(getpid());
+    while (struct dirent* ent = readdir(d)) {
+      std::string name = ent->d_name;
+      if (!absl::StartsWith(name, "engine-") || !absl::EndsWith(name, ".sock")) continue;
+      uint32_t pid;
+      if (!absl::SimpleAtoi(name.substr(7, name.size() - 12), &pid) || pid == self) continue;
+      if (std::optional<InfoItems> theirs = QueryEngine(rundir + "/" + name, option, rs.ns->key())) {
+        Merge(option, &*items, *theirs);
+      }
+    }
+    closedir(d);
   }
-  int total = static_cast<int>(items.bytes.size());
+
+  int total = static_cast<int>(items->bytes.size());
   if (total > len) {
-    int need = total;
-    if (absl::Status s = usercopy::ToUser(optlen, &need, sizeof(need)); !s.ok()) return s;
+    if (absl::Status s = usercopy::ToUser(optlen, &total, sizeof(total)); !s.ok()) return s;
     return RdsError(ENOSPC);
   }
   if (total > 0) {
-    if (absl::Status s = usercopy::ToUser(optval, items.bytes.data(), items.bytes.size()); !s.ok()) {
+    if (absl::Status s = usercopy::ToUser(optval, items->bytes.data(), items->bytes.size()); !s.ok()) {
       return s;
     }
   }
   if (absl::Status s = usercopy::ToUser(optlen, &total, sizeof(total)); !s.ok()) return s;
-  return static_cast<int>(items.each);
+  return static_cast<int>(items->each);
 }
 
 }  // namespace rds

@@ -1,10 +1,14 @@
-// engine/info.h — getsockopt(SOL_RDS, RDS_INFO_*) (kernel info.c).
+// engine/info.h — getsockopt(SOL_RDS, RDS_INFO_*) (kernel info.c), answered
+// host-wide.
 //
-// Producers report items of a fixed size; the caller's buffer length is
-// negotiated as the kernel does (kernel-rds.md §A.8): ENOSPC with the needed
-// length when short, otherwise the item size as the return value and the
-// total length in *optlen. Answers cover this process's engine (host-wide
-// answers are issue 5's).
+// Kernel RDS answers RDS_INFO from one kernel for the whole network
+// namespace; here every shim process holds part of the picture. The asking
+// process produces its own items, asks every other engine in its namespace
+// for theirs over the engines' Unix sockets (hello kind kInfo), and merges
+// them: counters are summed by name, tables are concatenated. The caller's
+// buffer length is negotiated as the kernel does (kernel-rds.md §A.8): ENOSPC
+// with the needed length when short, otherwise the item size as the return
+// value and the total length in *optlen.
 //
 // Thread-safety: safe for concurrent use.
 #ifndef RDS_ENGINE_INFO_H_
@@ -12,13 +16,29 @@
 
 #include <sys/socket.h>
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "absl/status/statusor.h"
 
 namespace rds {
 
+class NetNs;
 class RdsSocket;
 
-absl::StatusOr<int> InfoGetSockOpt(RdsSocket& rs, int name, void* optval, socklen_t* optlen);
+// Items of one size, laid out as the uapi structs.
+struct InfoItems {
+  size_t each = 0;
+  std::vector<uint8_t> bytes;
+};
+
+// This process's items for RDS_INFO option `option` in namespace `ns`.
+// ENOPROTOOPT for options the kernel does not register with rds_tcp.
+absl::StatusOr<InfoItems> LocalInfoItems(int option, const std::shared_ptr<NetNs>& ns);
+
+// getsockopt(SOL_RDS, RDS_INFO_*) on `rs`: the whole namespace's answer.
+absl::StatusOr<int> InfoGetSockOpt(RdsSocket& rs, int option, void* optval, socklen_t* optlen);
 
 }  // namespace rds
 

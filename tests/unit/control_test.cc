@@ -48,8 +48,8 @@ TEST(ControlTest, ResumeAckRoundTripsAndIsOptional) {
   h.ack = 0x0102030405060708ULL;
   MessagePtr m = EncodeHello(h);
   EXPECT_EQ(DecodeHello(m->header, m->payload)->ack, h.ack);
-  // A hello that ends before the optional field means "ack 0".
-  Payload without(m->payload.data(), m->payload.size() - sizeof(uint64_t));
+  // A hello that ends before the optional fields (ack, info option) means 0.
+  Payload without(m->payload.data(), m->payload.size() - sizeof(uint64_t) - sizeof(uint32_t));
   absl::StatusOr<Hello> old = DecodeHello(m->header, without);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->ack, 0u);
