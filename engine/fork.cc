@@ -17,8 +17,8 @@ namespace rds {
 namespace {
 
 absl::Mutex* const* ForkLocks() {
-  static absl::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &ReadinessMutex(),
-                                 &HostRegistryMutex(), nullptr};
+  static absl::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
+                                 nullptr};
   return locks;
 }
 
@@ -42,7 +42,6 @@ void ResetEngineAfterFork() {
   ResetBindTableAfterFork();
   CongestionTable::ResetAfterFork();
   ResetSocketListAfterFork();
-  ResetReadinessAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();
   Waiter::ForThisThread().Reopen();

@@ -25,7 +25,6 @@ void ResetEngineAfterFork();
 // The process-wide locks a fork child reuses (defined by their modules).
 absl::Mutex& EngineStartMutex();
 absl::Mutex& NetNsTableMutex();
-absl::Mutex& ReadinessMutex();
 absl::Mutex& HostRegistryMutex();
 
 }  // namespace rds

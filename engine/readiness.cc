@@ -12,7 +12,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/fork.h"
 #include "engine/netns.h"
 #include "engine/sys.h"
 
@@ -39,29 +38,7 @@ uint64_t RandomId() {
   return id;
 }
 
-// One unbound datagram socket per network namespace sends every token there.
-absl::Mutex signal_mu(absl::kConstInit);
-absl::flat_hash_map<NetNs*, int>* signal_fds ABSL_GUARDED_BY(signal_mu) = nullptr;
-
-int SignalFd(NetNs& ns) {
-  absl::MutexLock lock(&signal_mu);
-  if (signal_fds == nullptr) signal_fds = new absl::flat_hash_map<NetNs*, int>();
-  auto it = signal_fds->find(&ns);
-  if (it != signal_fds->end()) return it->second;
-  int fd = -1;
-  absl::Status s = ns.RunIn([&]() -> absl::Status {
-    fd = sys::Socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    return fd >= 0 ? absl::OkStatus() : absl::InternalError("socket(AF_UNIX)");
-  });
-  if (!s.ok()) return -1;
-  fd = sys::MakeInternal(fd);
-  (*signal_fds)[&ns] = fd;
-  return fd;
-}
-
 }  // namespace
-
-absl::Mutex& ReadinessMutex() { return signal_mu; }
 
 absl::StatusOr<BackingFd> CreateBackingFd(int flags) {
   int fd = sys::Socket(AF_UNIX, SOCK_DGRAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
@@ -93,16 +70,22 @@ std::optional<uint64_t> RecognizeBackingFd(int fd) {
   return id;
 }
 
-bool PostReadinessToken(NetNs& ns, uint64_t id) {
-  int fd = SignalFd(ns);
-  if (fd < 0) return false;
+int CreateTokenSender(NetNs& ns) {
+  int fd = -1;
+  absl::Status s = ns.RunIn([&]() -> absl::Status {
+    fd = sys::Socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    return fd >= 0 ? absl::OkStatus() : absl::InternalError("socket(AF_UNIX)");
+  });
+  return s.ok() ? sys::MakeInternal(fd) : -1;
+}
+
+bool PostReadinessToken(int sender_fd, uint64_t id) {
+  if (sender_fd < 0) return false;
   sockaddr_un sun;
   socklen_t len = NameOf(id, &sun);
   char token = 1;
-  return sys::Sendto(fd, &token, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&sun), len) == 1;
+  return sys::Sendto(sender_fd, &token, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&sun), len) == 1;
 }
-
-void ResetReadinessAfterFork() { signal_fds = nullptr; }
 
 int DrainReadinessTokens(int fd) {
   int n = 0;

@@ -37,12 +37,15 @@ absl::StatusOr<BackingFd> CreateBackingFd(int flags);
 // The id of an RDS backing fd, or nullopt if `fd` is not one.
 std::optional<uint64_t> RecognizeBackingFd(int fd);
 
-// Queues one readiness token on socket `id`'s fd (through `ns`, where the
-// name lives). Returns false if the fd's queue is full (it is readable anyway).
-bool PostReadinessToken(NetNs& ns, uint64_t id);
+// A socket that sends the tokens of one RDS socket, created in `ns` (where
+// the name lives). One per epoll-watched socket: a Unix datagram is charged
+// to its sender until read, so a shared sender would run out of buffer with
+// many watched sockets and lose tokens. Returns an internal fd, or -1.
+int CreateTokenSender(NetNs& ns);
 
-// Fork child: forget the parent's signalling sockets.
-void ResetReadinessAfterFork();
+// Queues one readiness token on socket `id`'s fd. Returns false if it could
+// not (the fd is readable anyway; only an extra edge is lost).
+bool PostReadinessToken(int sender_fd, uint64_t id);
 
 // Removes every queued token from `fd`. Returns how many were removed.
 int DrainReadinessTokens(int fd);

@@ -77,7 +77,7 @@ void RdsSocket::WakeWaitersLocked() {
 void RdsSocket::NotifyLocked(bool arrival) {
   WakeWaitersLocked();
   if (epoll_watched && Readable() && (arrival || tokens == 0)) {
-    if (PostReadinessToken(*ns, id)) ++tokens;
+    if (PostReadinessToken(token_sender, id)) ++tokens;
   }
 }
 
@@ -272,6 +272,10 @@ void Release(RdsSocket& rs) {
     rs.rcv_bytes = 0;
     rs.cong_notify = 0;
     rs.cong_mask = 0;
+    if (rs.token_sender >= 0) {
+      sys::CloseInternal(rs.token_sender);
+      rs.token_sender = -1;
+    }
     rs.WakeWaitersLocked();
   }
   UpdateReceiveCongestion(rs);  // a released socket's bit is cleared (§A.10 step 3)
@@ -284,9 +288,20 @@ void Release(RdsSocket& rs) {
 }
 
 void WatchWithEpoll(RdsSocket& rs, int fd) {
+  int sender = -1;
+  {
+    absl::MutexLock lock(&rs.mu);
+    if (rs.epoll_watched || rs.released) return;
+  }
+  sender = CreateTokenSender(*rs.ns);  // outside the lock: may enter a namespace
   absl::MutexLock lock(&rs.mu);
+  if (rs.epoll_watched || rs.released) {
+    if (sender >= 0) sys::CloseInternal(sender);
+    return;
+  }
   rs.epoll_watched = true;
-  if (rs.Readable() && rs.tokens == 0 && PostReadinessToken(*rs.ns, rs.id)) ++rs.tokens;
+  rs.token_sender = sender;
+  if (rs.Readable() && rs.tokens == 0 && PostReadinessToken(sender, rs.id)) ++rs.tokens;
 }
 
 }  // namespace rds

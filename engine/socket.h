@@ -87,6 +87,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
 
   std::vector<Waiter*> waiters ABSL_GUARDED_BY(mu);
   bool epoll_watched ABSL_GUARDED_BY(mu) = false;
+  int token_sender ABSL_GUARDED_BY(mu) = -1;  // internal fd, while epoll-watched
   int tokens ABSL_GUARDED_BY(mu) = 0;  // readiness tokens queued on the fd
 
   int RdsSndbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_sndbuf / 2; }

@@ -236,6 +236,7 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
       if (!v) {
         rs.cong_mask = 0;
         rs.cong_notify = 0;
+        rs.DrainTokensLocked(fd);  // nothing to read any more, perhaps
       }
       return absl::OkStatus();
     }
