@@ -202,6 +202,23 @@ const Settings& Get() {
   return *settings;
 }
 
+std::vector<std::pair<std::string, std::string>> Effective() {
+  const Settings& s = Get();
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Spec& spec : Schema()) {
+    std::string value;
+    if (auto p = std::get_if<int64_t Settings::*>(&spec.field)) {
+      value = absl::StrCat(s.**p);
+    } else if (auto p = std::get_if<bool Settings::*>(&spec.field)) {
+      value = s.**p ? "1" : "0";
+    } else {
+      value = s.*std::get<std::string Settings::*>(spec.field);
+    }
+    out.emplace_back(spec.name, std::move(value));
+  }
+  return out;
+}
+
 std::vector<SettingInfo> Describe() {
   std::vector<SettingInfo> out;
   for (const Spec& spec : Schema()) {

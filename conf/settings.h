@@ -65,6 +65,10 @@ Settings Parse(const std::function<std::optional<std::string>(const std::string&
 // The schema with resolved defaults, in declaration order.
 std::vector<SettingInfo> Describe();
 
+// This process's effective value of every setting, as text, in declaration
+// order: (name without prefix, value).
+std::vector<std::pair<std::string, std::string>> Effective();
+
 }  // namespace rds::conf
 
 #endif  // RDS_CONF_SETTINGS_H_

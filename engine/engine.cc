@@ -979,13 +979,21 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
       return;
     }
     case control::HelloKind::kInfo: {
-      // Same-host only: this engine's share of an RDS_INFO answer.
+      // Same-host only: this engine's share of an RDS_INFO answer, or (option
+      // 0) its whole state as JSON for rdsctl, whatever the namespace.
       std::shared_ptr<NetNs> ns = tcp_ns ? nullptr : ServedNetNs(hello->ns);
-      if (!ns) {
+      if (tcp_ns || (!ns && hello->info_option != 0)) {
         Reply(link, control::HelloResult::kRefused, 0, true);
         return;
       }
-      absl::StatusOr<InfoItems> items = LocalInfoItems(static_cast<int>(hello->info_option), ns);
+      absl::StatusOr<InfoItems> items =
+          hello->info_option == 0
+              ? absl::StatusOr<InfoItems>(InfoItems{1, {}})
+              : LocalInfoItems(static_cast<int>(hello->info_option), ns);
+      if (items.ok() && hello->info_option == 0) {
+        std::string json = EngineDumpJson();
+        items->bytes.assign(json.begin(), json.end());
+      }
       if (!items.ok()) {
         Reply(link, control::HelloResult::kRefused, 0, true);
         return;
@@ -1080,7 +1088,7 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
 
 bool Engine::OnEngineThread() const { return gettid() == loop_tid_.load(); }
 
-std::vector<PathInfo> Engine::Snapshot(NetNsKey ns) {
+std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
   auto collect = [this, ns] {
     std::vector<PathInfo> out;
     auto describe = [](const MessagePtr& m, const Connection& c) {
@@ -1095,9 +1103,10 @@ std::vector<PathInfo> Engine::Snapshot(NetNsKey ns) {
       return mi;
     };
     for (auto& [key, c] : connections_) {
-      if (key.ns != ns) continue;
+      if (ns && key.ns != *ns) continue;
       for (auto& [pid, p] : c->paths) {
         PathInfo pi;
+        pi.ns = key.ns;
         pi.laddr = key.laddr;
         pi.faddr = key.faddr;
         pi.peer_pid = pid;

@@ -46,6 +46,7 @@ struct MessageInfo {
   uint8_t flags = 0;
 };
 struct PathInfo {
+  NetNsKey ns;
   RdsAddr laddr, faddr;
   uint32_t peer_pid = 0;
   bool same_host = false;
@@ -88,7 +89,9 @@ class Engine {
 
   // The paths of namespace `ns`. From any thread (waits for the engine
   // thread), or directly on the engine thread.
-  std::vector<PathInfo> Snapshot(NetNsKey ns);
+  std::vector<PathInfo> Snapshot(NetNsKey ns) { return Snapshot(std::optional<NetNsKey>(ns)); }
+  // Every namespace's paths.
+  std::vector<PathInfo> Snapshot(std::optional<NetNsKey> ns);
   bool OnEngineThread() const;
 
   uint32_t pid() const { return pid_; }

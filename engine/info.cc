@@ -14,7 +14,11 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "conf/settings.h"
 #include "absl/strings/numbers.h"
 #include "engine/control.h"
 #include "engine/engine.h"
@@ -304,7 +308,139 @@ bool Registered(int option) {
   }
 }
 
+// A minimal JSON writer: objects, arrays, strings, numbers, booleans.
+class Json {
+ public:
+  void Open(char c) { Sep(); out_ += c; first_ = true; }
+  void Close(char c) { out_ += c; first_ = false; }
+  void Key(absl::string_view k) { Sep(); Str(k); out_ += ':'; first_ = true; }
+  void String(absl::string_view v) { Sep(); Str(v); }
+  void Number(uint64_t v) { Sep(); absl::StrAppend(&out_, v); }
+  void Bool(bool v) { Sep(); out_ += v ? "true" : "false"; }
+  void Null() { Sep(); out_ += "null"; }
+  template <typename V>
+  void Field(absl::string_view k, V v) {
+    Key(k);
+    if constexpr (std::is_same_v<V, bool>) {
+      Bool(v);
+    } else if constexpr (std::is_arithmetic_v<V>) {
+      Number(static_cast<uint64_t>(v));
+    } else {
+      String(v);
+    }
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Sep() {
+    if (!first_) out_ += ',';
+    first_ = false;
+  }
+  void Str(absl::string_view v) {
+    out_ += '"';
+    for (char ch : v) {
+      if (ch == '"' || ch == '\\') {
+        out_ += '\\';
+        out_ += ch;
+      } else if (static_cast<unsigned char>(ch) < 0x20) {
+        absl::StrAppend(&out_, absl::StrFormat("\\u%04x", ch));
+      } else {
+        out_ += ch;
+      }
+    }
+    out_ += '"';
+  }
+  std::string out_;
+  bool first_ = true;
+};
+
+std::string Endpoint(const std::optional<RdsEndpoint>& e) {
+  if (!e) return "";
+  if (e->addr.IsV4Mapped()) return absl::StrCat(e->addr.ToString(), ":", e->port);
+  return absl::StrCat("[", e->addr.ToString(), "]:", e->port);
+}
+
+std::string NsName(NetNsKey k) { return absl::StrCat(k.dev, ":", k.ino); }
+
+const char* TransportName(int t) {
+  switch (t) {
+    case kTransTcp: return "tcp";
+    case kTransLoop: return "loopback";
+    case kTransIb: return "infiniband";
+    default: return "none";
+  }
+}
+
 }  // namespace
+
+std::string EngineDumpJson() {
+  Json j;
+  j.Open('{');
+  j.Field("pid", getpid());
+  j.Field("generation", absl::StrFormat("%08x", Engine::Get().gen()));
+  char comm[64] = {};
+  if (FILE* f = fopen("/proc/self/comm", "re")) {
+    if (fgets(comm, sizeof(comm), f) == nullptr) comm[0] = 0;
+    fclose(f);
+  }
+  j.Field("comm", absl::StripAsciiWhitespace(comm));
+  j.Key("sockets");
+  j.Open('[');
+  for (const std::shared_ptr<RdsSocket>& s : AllLiveSockets()) {
+    absl::MutexLock lock(&s->mu);
+    j.Open('{');
+    j.Field("id", absl::StrFormat("%016x", s->id));
+    j.Field("netns", NsName(s->ns->key()));
+    j.Field("bound", Endpoint(s->bound));
+    j.Field("connected", Endpoint(s->connected));
+    j.Field("transport", TransportName(s->transport));
+    j.Field("sndbuf", s->RdsSndbuf());
+    j.Field("rcvbuf", s->RdsRcvbuf());
+    j.Field("snd_bytes", s->snd_bytes);
+    j.Field("rcv_bytes", s->rcv_bytes);
+    j.Field("recv_queue", s->recv_queue.size());
+    j.Field("congested", s->congested);
+    j.Field("cong_monitor", s->cong_monitor);
+    j.Field("nonblocking", s->nonblocking);
+    j.Field("epoll", s->epoll_watched);
+    j.Field("fds", s->fd_refs.load());
+    j.Close('}');
+  }
+  j.Close(']');
+  j.Key("paths");
+  j.Open('[');
+  for (const PathInfo& p : Engine::Get().Snapshot(std::nullopt)) {
+    j.Open('{');
+    j.Field("netns", NsName(p.ns));
+    j.Field("laddr", p.laddr.ToString());
+    j.Field("faddr", p.faddr.ToString());
+    j.Field("peer_pid", p.peer_pid);
+    j.Field("transport", p.same_host ? "unix" : "tcp");
+    j.Field("state", p.up ? "up" : p.connecting ? "connecting" : "down");
+    j.Field("next_tx_seq", p.next_tx_seq);
+    j.Field("next_rx_seq", p.next_rx_seq);
+    j.Field("backlog", p.send.size());
+    j.Field("unacked", p.retrans.size());
+    if (p.tcp_local && p.tcp_peer) {
+      j.Field("tcp_local", Endpoint(p.tcp_local));
+      j.Field("tcp_peer", Endpoint(p.tcp_peer));
+    }
+    j.Close('}');
+  }
+  j.Close(']');
+  j.Key("counters");
+  j.Open('{');
+  for (int c = 0; c < stats::kNumCounters; ++c) {
+    j.Field(stats::Name(static_cast<stats::Counter>(c)), stats::Get(static_cast<stats::Counter>(c)));
+  }
+  j.Close('}');
+  j.Key("config");
+  j.Open('{');
+  for (const auto& [name, value] : conf::Effective()) j.Field(absl::StrCat(conf::kEnvPrefix, name), value);
+  j.Close('}');
+  j.Close('}');
+  return j.Take();
+}
 
 absl::StatusOr<InfoItems> LocalInfoItems(int option, const std::shared_ptr<NetNs>& ns) {
   if (!Registered(option)) return RdsError(ENOPROTOOPT);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,11 @@ struct InfoItems {
 // This process's items for RDS_INFO option `option` in namespace `ns`.
 // ENOPROTOOPT for options the kernel does not register with rds_tcp.
 absl::StatusOr<InfoItems> LocalInfoItems(int option, const std::shared_ptr<NetNs>& ns);
+
+// Everything this engine knows, as one JSON object (for rdsctl): process,
+// sockets, paths, counters, configuration. Asked for with a kInfo hello whose
+// option is 0.
+std::string EngineDumpJson();
 
 // getsockopt(SOL_RDS, RDS_INFO_*) on `rs`: the whole namespace's answer.
 absl::StatusOr<int> InfoGetSockOpt(RdsSocket& rs, int option, void* optval, socklen_t* optlen);
