@@ -608,6 +608,19 @@ void Engine::SendCongestionMap(Path& p) {
   p.link->Send(std::move(m));
 }
 
+void Engine::ResetConnections(NetNsKey ns, RdsAddr src, RdsAddr dst) {
+  loop_.Post([this, ns, src, dst] {
+    for (auto& [key, c] : connections_) {
+      if (key.ns != ns || key.laddr.bytes != src.bytes || key.faddr.bytes != dst.bytes) continue;
+      for (auto& [pid, p] : c->paths) {
+        if (!p->link) continue;
+        p->link->Close();
+        OnPathDown(*p, absl::AbortedError("RDS_CONN_RESET"));
+      }
+    }
+  });
+}
+
 void Engine::SendCongestionUpdates(std::shared_ptr<NetNs> ns, RdsAddr addr) {
   loop_.Post([this, ns = std::move(ns), addr] {
     for (auto& [key, c] : connections_) {

@@ -74,6 +74,10 @@ class Engine {
   // Routes and transmits a message admitted by sendmsg.
   void Submit(MessagePtr m, std::shared_ptr<NetNs> ns);
 
+  // UEK RDS_CONN_RESET: drop the links of the connections from `src` to
+  // `dst`; queued messages go again after the reconnect.
+  void ResetConnections(NetNsKey ns, RdsAddr src, RdsAddr dst);
+
   // This process's congestion map of `addr` changed: send it to every peer
   // with a path from that address (kernel rds_cong_queue_updates).
   void SendCongestionUpdates(std::shared_ptr<NetNs> ns, RdsAddr addr);

@@ -60,6 +60,8 @@ class CmsgWriter {
   size_t used_ = 0;
 };
 
+constexpr int kUekCmsgInq = 12;  // Oracle UEK's RDS_CMSG_INQ (rds-tools.md §2.2)
+
 // Up to RDS_MAX_ZCOOKIES completions, in completion order.
 rds_zcopy_cookies TakeCookies(RdsSocket& rs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
   rds_zcopy_cookies done = {};
@@ -137,6 +139,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   std::optional<absl::Time> deadline;
   for (;;) {
     MessagePtr m;
+    bool inq = false;
     std::optional<rds_cmsg_rx_trace> trace;
     std::optional<rds_zcopy_cookies> cookies;
     RdsSocket::Timestamp ts_kind;
@@ -163,6 +166,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         m = rs.recv_queue.front();
         ts_kind = rs.timestamp;
         bound = rs.bound;
+        inq = rs.inq;
         if (rs.rx_trace_count > 0) {
           trace.emplace();
           std::memset(&*trace, 0, sizeof(*trace));
@@ -248,7 +252,6 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         return s;
       }
     }
-    msg.msg_controllen = cmsg.used();
     bool dequeued = false;
     if (!(flags & MSG_PEEK)) {
       absl::MutexLock lock(&rs.mu);
@@ -259,6 +262,12 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         stats::Inc(stats::kRecvDelivered);
         rs.DrainTokensLocked(fd);
         dequeued = true;
+        if (inq) {
+          // UEK RDS_CMSG_INQ: the bytes still queued after this message (0
+          // tells rds-stress to stop draining).
+          int left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
+          if (absl::Status s = cmsg.Put(SOL_RDS, kUekCmsgInq, &left, sizeof(left)); !s.ok()) return s;
+        }
       } else {
         // Another reader took this message while we copied it: the kernel's
         // rds_still_queued fails and the loop retries with the next one.
@@ -269,6 +278,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         continue;
       }
     }
+    msg.msg_controllen = cmsg.used();
     if (dequeued) UpdateReceiveCongestion(rs);
     return (flags & MSG_TRUNC) ? len : n;
   }

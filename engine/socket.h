@@ -77,6 +77,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   uint8_t rx_trace_pos[3] ABSL_GUARDED_BY(mu) = {};
   uint8_t tos ABSL_GUARDED_BY(mu) = 0;
   bool zerocopy ABSL_GUARDED_BY(mu) = false;  // SO_ZEROCOPY
+  bool inq ABSL_GUARDED_BY(mu) = false;       // UEK SO_RDS_INQ: RDS_CMSG_INQ on receive
   uint64_t inode = 0;  // the backing fd's inode (RDS_INFO_SOCKETS inum); set at creation
   bool has_sent ABSL_GUARDED_BY(mu) = false;  // kernel: rs_conn cached
 

@@ -2,6 +2,7 @@
 #include "engine/sockopt.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <linux/rds.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -176,6 +177,47 @@ absl::Status SetTransport(RdsSocket& rs, const void* optval, socklen_t optlen) {
   return absl::OkStatus();
 }
 
+// Oracle UEK's SOL_RDS numbering, which rds-tools is compiled with
+// (rds-tools.md §2): option 8 with a 12-byte struct rds_reset is
+// RDS_CONN_RESET (upstream's 8, SO_RDS_TRANSPORT, takes an int), 11 is
+// RDS6_CONN_RESET, 12 is SO_RDS_INQ. Upstream kernels have none of these.
+struct UekReset {
+  uint8_t tos;
+  in_addr src;
+  in_addr dst;
+};
+struct UekReset6 {
+  uint8_t tos;
+  in6_addr src;
+  in6_addr dst;
+};
+constexpr int kUekConnReset = 8;
+constexpr int kUekConn6Reset = 11;
+constexpr int kUekSoRdsInq = 12;
+static_assert(sizeof(UekReset) == 12 && sizeof(UekReset6) == 36);
+
+absl::Status ConnReset(RdsSocket& rs, const void* optval, socklen_t optlen, bool v6) {
+  RdsAddr src, dst;
+  if (v6) {
+    UekReset6 r;
+    if (optlen != sizeof(r)) return RdsError(EINVAL);
+    if (absl::Status s = usercopy::FromUser(&r, optval, sizeof(r)); !s.ok()) return s;
+    src = RdsAddr::FromV6(r.src, 0);
+    dst = RdsAddr::FromV6(r.dst, 0);
+  } else {
+    UekReset r;
+    if (optlen != sizeof(r)) return RdsError(EINVAL);
+    if (absl::Status s = usercopy::FromUser(&r, optval, sizeof(r)); !s.ok()) return s;
+    src = RdsAddr::FromV4(r.src);
+    dst = RdsAddr::FromV4(r.dst);
+  }
+  // Drops the connection's links; queued and unacknowledged messages are
+  // sent again once it reconnects (UEK rds_user_reset: 0 whether or not a
+  // connection existed).
+  Engine::Get().ResetConnections(rs.ns->key(), src, dst);
+  return absl::OkStatus();
+}
+
 absl::Status SetRxPathLatency(RdsSocket& rs, const void* optval, socklen_t optlen) {
   rds_rx_trace_so trace;
   if (optlen != sizeof(trace)) return RdsError(EFAULT);
@@ -240,8 +282,18 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
       }
       return absl::OkStatus();
     }
-    case SO_RDS_TRANSPORT:
+    case SO_RDS_TRANSPORT:  // == kUekConnReset: the length tells them apart
+      if (optlen == sizeof(UekReset)) return ConnReset(rs, optval, optlen, false);
       return SetTransport(rs, optval, optlen);
+    case kUekConn6Reset:
+      return ConnReset(rs, optval, optlen, true);
+    case kUekSoRdsInq: {
+      bool v;
+      if (absl::Status s = SetBool(optval, optlen, &v); !s.ok()) return s;
+      absl::MutexLock lock(&rs.mu);
+      rs.inq = v;
+      return absl::OkStatus();
+    }
     case SO_RDS_MSG_RXPATH_LATENCY:
       return SetRxPathLatency(rs, optval, optlen);
     case SO_TIMESTAMP_OLD:
