@@ -88,6 +88,11 @@ const std::vector<Spec>& Schema() {
        {0, 1000}, "tests only: cut a link in the middle of a message (per mille of messages)"},
       {"LOG_LEVEL", &Settings::log_level, [] { return std::string("0"); }, {0, 5},
        "0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace"},
+      {"SHOW_CONFIG", &Settings::show_config, [] { return std::string("0"); }, {0, 1},
+       "print the version and every non-default setting when the first RDS socket is made"},
+      {"BACKTRACE", &Settings::backtrace, [] { return std::string("0"); }, {0, 1},
+       "on SIGSEGV/SIGBUS/SIGFPE/SIGILL/SIGABRT print a backtrace (libunwind); installs "
+       "handlers only for signals the program left at their default"},
       {"LOG_FILE", &Settings::log_file, [] { return std::string(); }, {0, 0},
        "log destination; empty means stderr; %p is replaced by the pid"},
   };
@@ -215,6 +220,22 @@ std::vector<std::pair<std::string, std::string>> Effective() {
       value = s.*std::get<std::string Settings::*>(spec.field);
     }
     out.emplace_back(spec.name, std::move(value));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> NonDefault() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::pair<std::string, std::string>> effective = Effective();
+  const std::vector<Spec>& schema = Schema();
+  for (size_t i = 0; i < schema.size(); ++i) {
+    Settings defaults;
+    Apply(schema[i], schema[i].default_text(), &defaults);
+    Settings one;
+    Apply(schema[i], effective[i].second, &one);
+    bool same = std::visit(
+        [&](auto field) { return defaults.*field == one.*field; }, schema[i].field);
+    if (!same) out.push_back(effective[i]);
   }
   return out;
 }

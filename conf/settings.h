@@ -41,6 +41,8 @@ struct Settings {
   int64_t fault_connect_delay_ms;   // delay every connection attempt
   int64_t fault_cut_permille;       // cut a link in the middle of writing a message
   int64_t log_level;           // 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace
+  bool show_config;            // print the non-default settings when the shim starts
+  bool backtrace;              // print a backtrace on a fatal signal (installs handlers)
   std::string log_file;        // empty: stderr; "%p" is replaced by the pid
 };
 
@@ -68,6 +70,8 @@ std::vector<SettingInfo> Describe();
 // This process's effective value of every setting, as text, in declaration
 // order: (name without prefix, value).
 std::vector<std::pair<std::string, std::string>> Effective();
+// The settings whose effective value differs from the default.
+std::vector<std::pair<std::string, std::string>> NonDefault();
 
 }  // namespace rds::conf
 

@@ -159,7 +159,7 @@ int ioctl(int fd, unsigned long request, ...) {
   va_end(ap);
   auto e = Lookup(fd);
   if (!e) return rds::real::ioctl(fd, request, arg);
-  return Run<int>(*e, [&](RdsSocket& rs) { return rds::Ioctl(rs, fd, request, arg); });
+  return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Ioctl(rs, fd, request, arg); });
 }
 
 int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {

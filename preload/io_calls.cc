@@ -29,7 +29,7 @@ extern "C" void __chk_fail(void) __attribute__((noreturn));
 
 namespace {
 
-ssize_t SendTo(const FdEntry& e, const void* buf, size_t n, int flags, const sockaddr* to,
+ssize_t SendTo(const char* call, const FdEntry& e, const void* buf, size_t n, int flags, const sockaddr* to,
                socklen_t tolen) {
   iovec iov = {const_cast<void*>(buf), n};
   msghdr msg = {};
@@ -37,20 +37,20 @@ ssize_t SendTo(const FdEntry& e, const void* buf, size_t n, int flags, const soc
   msg.msg_namelen = to ? tolen : 0;
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  return Run<ssize_t>(e, [&](RdsSocket& rs) { return rds::SendMsg(rs, msg, flags); });
+  return Run<ssize_t>(call, e, [&](RdsSocket& rs) { return rds::SendMsg(rs, msg, flags); });
 }
 
-ssize_t SendMsgUser(const FdEntry& e, const msghdr* umsg, int flags) {
-  return Run<ssize_t>(e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
+ssize_t SendMsgUser(const char* call, const FdEntry& e, const msghdr* umsg, int flags) {
+  return Run<ssize_t>(call, e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
     msghdr msg;
     if (absl::Status s = rds::usercopy::FromUser(&msg, umsg, sizeof(msg)); !s.ok()) return s;
     return rds::SendMsg(rs, msg, flags);
   });
 }
 
-ssize_t RecvFrom(int fd, const FdEntry& e, void* buf, size_t n, int flags, sockaddr* from,
+ssize_t RecvFrom(const char* call, int fd, const FdEntry& e, void* buf, size_t n, int flags, sockaddr* from,
                  socklen_t* fromlen) {
-  return Run<ssize_t>(e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
+  return Run<ssize_t>(call, e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
     iovec iov = {buf, n};
     msghdr msg = {};
     msg.msg_iov = &iov;
@@ -71,8 +71,8 @@ ssize_t RecvFrom(int fd, const FdEntry& e, void* buf, size_t n, int flags, socka
   });
 }
 
-ssize_t RecvMsgUser(int fd, const FdEntry& e, msghdr* umsg, int flags) {
-  return Run<ssize_t>(e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
+ssize_t RecvMsgUser(const char* call, int fd, const FdEntry& e, msghdr* umsg, int flags) {
+  return Run<ssize_t>(call, e, [&](RdsSocket& rs) -> absl::StatusOr<size_t> {
     msghdr msg;
     if (absl::Status s = rds::usercopy::FromUser(&msg, umsg, sizeof(msg)); !s.ok()) return s;
     absl::StatusOr<size_t> r = rds::RecvMsg(rs, fd, msg, flags);
@@ -100,12 +100,12 @@ ssize_t RecvMsgUser(int fd, const FdEntry& e, msghdr* umsg, int flags) {
   });
 }
 
-ssize_t ReadV(int fd, const FdEntry& e, const iovec* iov, int n) {
+ssize_t ReadV(const char* call, int fd, const FdEntry& e, const iovec* iov, int n) {
   if (n < 0) return Fail<ssize_t>(EINVAL);
   msghdr msg = {};
   msg.msg_iov = const_cast<iovec*>(iov);
   msg.msg_iovlen = static_cast<size_t>(n);
-  return Run<ssize_t>(e, [&](RdsSocket& rs) { return rds::RecvMsg(rs, fd, msg, 0); });
+  return Run<ssize_t>(call, e, [&](RdsSocket& rs) { return rds::RecvMsg(rs, fd, msg, 0); });
 }
 
 // Before an RDS fd leaves over SCM_RIGHTS: an unbound socket's ownership
@@ -167,13 +167,13 @@ extern "C" {
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   auto e = Lookup(fd);
   if (!e) return rds::real::send(fd, buf, n, flags);
-  return SendTo(*e, buf, n, flags, nullptr, 0);
+  return SendTo(__func__, *e, buf, n, flags, nullptr, 0);
 }
 
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::sendto(fd, buf, n, flags, to, len);
-  return SendTo(*e, buf, n, flags, to, len);
+  return SendTo(__func__, *e, buf, n, flags, to, len);
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
@@ -182,7 +182,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
     ReleaseOutgoingRdsFds(msg);
     return rds::real::sendmsg(fd, msg, flags);
   }
-  return SendMsgUser(*e, msg, flags);
+  return SendMsgUser(__func__, *e, msg, flags);
 }
 
 int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
@@ -193,7 +193,7 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
   }
   n = std::min(n, 1024u);  // UIO_MAXIOV
   for (unsigned int i = 0; i < n; ++i) {
-    ssize_t r = SendMsgUser(*e, &vec[i].msg_hdr, flags);
+    ssize_t r = SendMsgUser(__func__, *e, &vec[i].msg_hdr, flags);
     if (r < 0) return i == 0 ? -1 : static_cast<int>(i);
     vec[i].msg_len = static_cast<unsigned int>(r);
   }
@@ -206,7 +206,7 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
 ssize_t write(int fd, const void* buf, size_t n) {
   auto e = Lookup(fd);
   if (!e) return rds::real::write(fd, buf, n);
-  return SendTo(*e, buf, n, MSG_EOR, nullptr, 0);
+  return SendTo(__func__, *e, buf, n, MSG_EOR, nullptr, 0);
 }
 
 ssize_t writev(int fd, const iovec* iov, int n) {
@@ -216,19 +216,19 @@ ssize_t writev(int fd, const iovec* iov, int n) {
   msghdr msg = {};
   msg.msg_iov = const_cast<iovec*>(iov);
   msg.msg_iovlen = static_cast<size_t>(n);
-  return Run<ssize_t>(*e, [&](RdsSocket& rs) { return rds::SendMsg(rs, msg, MSG_EOR); });
+  return Run<ssize_t>(__func__, *e, [&](RdsSocket& rs) { return rds::SendMsg(rs, msg, MSG_EOR); });
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   auto e = Lookup(fd);
   if (!e) return rds::real::recv(fd, buf, n, flags);
-  return RecvFrom(fd, *e, buf, n, flags, nullptr, nullptr);
+  return RecvFrom(__func__, fd, *e, buf, n, flags, nullptr, nullptr);
 }
 
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::recvfrom(fd, buf, n, flags, from, len);
-  return RecvFrom(fd, *e, buf, n, flags, from, len);
+  return RecvFrom(__func__, fd, *e, buf, n, flags, from, len);
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
@@ -238,7 +238,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
     if (r >= 0) NoteIncomingRdsFds(msg);
     return r;
   }
-  return RecvMsgUser(fd, *e, msg, flags);
+  return RecvMsgUser(__func__, fd, *e, msg, flags);
 }
 
 int recvmmsg(int fd, mmsghdr* vec, unsigned int n, int flags, struct timespec* timeout) {
@@ -253,7 +253,7 @@ int recvmmsg(int fd, mmsghdr* vec, unsigned int n, int flags, struct timespec* t
   unsigned int got = 0;
   n = std::min(n, 1024u);
   while (got < n) {
-    ssize_t r = RecvMsgUser(fd, *e, &vec[got].msg_hdr, flags);
+    ssize_t r = RecvMsgUser(__func__, fd, *e, &vec[got].msg_hdr, flags);
     if (r < 0) {
       if (got == 0) return -1;
       break;
@@ -270,20 +270,20 @@ int recvmmsg(int fd, mmsghdr* vec, unsigned int n, int flags, struct timespec* t
 ssize_t read(int fd, void* buf, size_t n) {
   auto e = Lookup(fd);
   if (!e) return rds::real::read(fd, buf, n);
-  return RecvFrom(fd, *e, buf, n, 0, nullptr, nullptr);
+  return RecvFrom(__func__, fd, *e, buf, n, 0, nullptr, nullptr);
 }
 
 ssize_t readv(int fd, const iovec* iov, int n) {
   auto e = Lookup(fd);
   if (!e) return rds::real::readv(fd, iov, n);
-  return ReadV(fd, *e, iov, n);
+  return ReadV(__func__, fd, *e, iov, n);
 }
 
 ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
   auto e = Lookup(fd);
   if (!e) return rds::real::recv_chk(fd, buf, n, buflen, flags);
   if (n > buflen) __chk_fail();
-  return RecvFrom(fd, *e, buf, n, flags, nullptr, nullptr);
+  return RecvFrom(__func__, fd, *e, buf, n, flags, nullptr, nullptr);
 }
 
 ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen, int flags, sockaddr* from,
@@ -291,14 +291,14 @@ ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen, int flags, so
   auto e = Lookup(fd);
   if (!e) return rds::real::recvfrom_chk(fd, buf, n, buflen, flags, from, len);
   if (n > buflen) __chk_fail();
-  return RecvFrom(fd, *e, buf, n, flags, from, len);
+  return RecvFrom(__func__, fd, *e, buf, n, flags, from, len);
 }
 
 ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
   auto e = Lookup(fd);
   if (!e) return rds::real::read_chk(fd, buf, n, buflen);
   if (n > buflen) __chk_fail();
-  return RecvFrom(fd, *e, buf, n, 0, nullptr, nullptr);
+  return RecvFrom(__func__, fd, *e, buf, n, 0, nullptr, nullptr);
 }
 
 }  // extern "C"

@@ -7,7 +7,10 @@
 
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "conf/settings.h"
+#include "engine/sys.h"
+#include "preload/crash.h"
 #include "engine/engine.h"
 #include "engine/fork.h"
 #include "engine/readiness.h"
@@ -56,9 +59,22 @@ __attribute__((destructor)) void FlushAtExit() {
 
 }  // namespace
 
-void EnsureForkHandlers() {
+void OnFirstRdsSocket() {
   static std::once_flag once;
-  std::call_once(once, [] { pthread_atfork(PrepareFork, ParentFork, ChildAfterFork); });
+  std::call_once(once, [] {
+    pthread_atfork(PrepareFork, ParentFork, ChildAfterFork);
+    InstallCrashHandlersIfAsked();
+    if (conf::Get().show_config) {
+      std::string line = absl::StrCat("rds-preload ", kVersion, ": pid ", getpid());
+      std::vector<std::pair<std::string, std::string>> changed = conf::NonDefault();
+      if (changed.empty()) absl::StrAppend(&line, ", all settings at their defaults");
+      for (const auto& [name, value] : changed) {
+        absl::StrAppend(&line, "\n  ", conf::kEnvPrefix, name, "=", value);
+      }
+      line += "\n";
+      sys::WriteAll(2, line.data(), line.size());
+    }
+  });
 }
 
 }  // namespace rds::preload

@@ -7,8 +7,13 @@
 
 namespace rds::preload {
 
-// Registers the pthread_atfork handlers (once, on the first RDS socket).
-void EnsureForkHandlers();
+// The shim's version, as `meson.project_version()`.
+inline constexpr char kVersion[] = RDS_PRELOAD_VERSION;
+
+// Once, on the first RDS socket of the process: registers the fork handlers,
+// installs crash handlers if asked (RDS_PRELOAD_BACKTRACE), prints the
+// banner of non-default settings if asked (RDS_PRELOAD_SHOW_CONFIG).
+void OnFirstRdsSocket();
 
 }  // namespace rds::preload
 

@@ -36,7 +36,7 @@ int CheckRdsType(int type, int protocol) {
 int CreateRdsSocket(int type, int protocol) {
   if (int err = CheckRdsType(type, protocol)) return Fail<int>(err);
   int saved = errno;
-  rds::preload::EnsureForkHandlers();
+  rds::preload::OnFirstRdsSocket();
   absl::StatusOr<rds::BackingFd> backing = rds::CreateBackingFd(type & kTypeFlags);
   if (!backing.ok()) {
     rds::log::Error("socket(AF_RDS): %s", backing.status().ToString());
@@ -83,25 +83,25 @@ int socketpair(int domain, int type, int protocol,
 int bind(int fd, const sockaddr* addr, socklen_t len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::bind(fd, addr, len);
-  return Run<int>(*e, [&](RdsSocket& rs) { return rds::Bind(rs, addr, len); });
+  return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Bind(rs, addr, len); });
 }
 
 int connect(int fd, const sockaddr* addr, socklen_t len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::connect(fd, addr, len);
-  return Run<int>(*e, [&](RdsSocket& rs) { return rds::Connect(rs, addr, len); });
+  return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Connect(rs, addr, len); });
 }
 
 int listen(int fd, int backlog) {
   auto e = Lookup(fd);
   if (!e) return rds::real::listen(fd, backlog);
-  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+  return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
 
 int accept(int fd, sockaddr* addr, socklen_t* len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::accept(fd, addr, len);
-  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+  return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
 
 int accept4(int fd, sockaddr* addr, socklen_t* len,
@@ -109,19 +109,19 @@ int accept4(int fd, sockaddr* addr, socklen_t* len,
   auto e = Lookup(fd);
   if (!e) return rds::real::accept4(fd, addr, len, flags);
   if (flags & ~kTypeFlags) return Fail<int>(EINVAL);
-  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+  return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
 
 int shutdown(int fd, int how) {
   auto e = Lookup(fd);
   if (!e) return rds::real::shutdown(fd, how);
-  return Run<int>(*e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
+  return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
 
-static int GetName(int fd, sockaddr* addr, socklen_t* len, bool peer) {
+static int GetName(const char* call, int fd, sockaddr* addr, socklen_t* len, bool peer) {
   auto e = Lookup(fd);
   if (!e) return peer ? rds::real::getpeername(fd, addr, len) : rds::real::getsockname(fd, addr, len);
-  return Run<int>(*e, [&](RdsSocket& rs) -> absl::Status {
+  return Run<int>(call, *e, [&](RdsSocket& rs) -> absl::Status {
     sockaddr_storage ss;
     absl::StatusOr<socklen_t> klen = rds::GetName(rs, peer, &ss);
     if (!klen.ok()) return klen.status();
@@ -130,25 +130,25 @@ static int GetName(int fd, sockaddr* addr, socklen_t* len, bool peer) {
 }
 
 int getsockname(int fd, sockaddr* addr, socklen_t* len) {
-  return GetName(fd, addr, len, false);
+  return GetName(__func__, fd, addr, len, false);
 }
 
 int getpeername(int fd, sockaddr* addr, socklen_t* len) {
-  return GetName(fd, addr, len, true);
+  return GetName(__func__, fd, addr, len, true);
 }
 
 int setsockopt(int fd, int level, int name,
                                                       const void* val, socklen_t len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::setsockopt(fd, level, name, val, len);
-  return Run<int>(*e, [&](RdsSocket& rs) { return rds::SetSockOpt(rs, fd, level, name, val, len); });
+  return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::SetSockOpt(rs, fd, level, name, val, len); });
 }
 
 int getsockopt(int fd, int level, int name, void* val,
                                                       socklen_t* len) {
   auto e = Lookup(fd);
   if (!e) return rds::real::getsockopt(fd, level, name, val, len);
-  return Run<int>(*e, [&](RdsSocket& rs) { return rds::GetSockOpt(rs, fd, level, name, val, len); });
+  return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::GetSockOpt(rs, fd, level, name, val, len); });
 }
 
 }  // extern "C"
