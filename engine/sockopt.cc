@@ -285,7 +285,8 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
     case SO_RDS_TRANSPORT:  // == kUekConnReset: the length tells them apart
       if (optlen == sizeof(UekReset)) return ConnReset(rs, optval, optlen, false);
       return SetTransport(rs, optval, optlen);
-    case kUekConn6Reset:
+    case kUekConn6Reset:  // unknown upstream: only UEK's exact struct means reset
+      if (optlen != sizeof(UekReset6)) return RdsError(ENOPROTOOPT);
       return ConnReset(rs, optval, optlen, true);
     case kUekSoRdsInq: {
       bool v;
