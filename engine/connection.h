@@ -86,6 +86,7 @@ class Connection {
   const ConnKey key;
   const std::shared_ptr<NetNs> ns;
   const bool local;  // faddr is an address of this host (namespace)
+  uint64_t loop_delivered = 0;  // messages delivered within this process (loopback)
   absl::flat_hash_map<uint32_t, std::unique_ptr<Path>> paths;
   absl::flat_hash_map<uint16_t, Route> routes;
   absl::flat_hash_map<uint16_t, std::deque<MessagePtr>> unresolved;

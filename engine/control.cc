@@ -131,7 +131,7 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   Hello h;
   uint16_t kind = r.U16();
   uint16_t result = r.U16();
-  if (kind < 1 || kind > 5 || result > 4) return absl::InvalidArgumentError("bad hello kind");
+  if (kind < 1 || kind > 6 || result > 4) return absl::InvalidArgumentError("bad hello kind");
   h.kind = static_cast<HelloKind>(kind);
   h.result = static_cast<HelloResult>(result);
   h.pid = r.U32();

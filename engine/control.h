@@ -30,6 +30,7 @@ enum class HelloKind : uint16_t {
   kReply = 3,    // answer to kLink or kQuery
   kHandoff = 4,  // same-host: "take this accepted TCP connection" (+ SCM_RIGHTS)
   kInfo = 5,     // same-host: "send me your RDS_INFO items for `info_option` in `ns`"
+  kReset = 6,    // same-host: "drop your links from `from_addr` to `to_addr` in `ns`"
 };
 
 enum class HelloResult : uint16_t {

@@ -228,6 +228,7 @@ void Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m) {
 // Same-process delivery: the kernel's loopback transport.
 void Engine::DeliverLocally(Connection& c, MessagePtr m) {
   ReleaseSendSpace(*m);
+  ++c.loop_delivered;
   const conf::Settings& cfg = conf::Get();
   if (m->header.dport == 0) {
     stats::Inc(stats::kRecvPing);
@@ -606,6 +607,22 @@ void Engine::SendCongestionMap(Path& p) {
   m->header.len = wire::kCongMapBytes;
   m->payload = Payload(bits.data(), bits.size());
   p.link->Send(std::move(m));
+}
+
+void Engine::ResetConnectionsHostWide(NetNsKey ns, RdsAddr src, RdsAddr dst) {
+  ResetConnections(ns, src, dst);
+  control::Hello h;
+  h.kind = control::HelloKind::kReset;
+  h.pid = pid_;
+  h.gen = gen_;
+  h.uid = getuid();
+  h.ns = ns;
+  h.from_addr = src;
+  h.to_addr = dst;
+  MessagePtr m = control::EncodeHello(h);
+  for (const std::string& path : HostRegistry::Get().OtherEngineSockets()) {
+    unix_link::SendOne(path, m).IgnoreError();  // an engine that is gone has nothing to reset
+  }
 }
 
 void Engine::ResetConnections(NetNsKey ns, RdsAddr src, RdsAddr dst) {
@@ -991,6 +1008,14 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
       AcceptLink(tcp_link, ns, as_link);
       return;
     }
+    case control::HelloKind::kReset: {
+      // Same-host only: RDS_CONN_RESET made by another process of the host
+      // (the connection belongs to the namespace, not to one process).
+      incoming_.erase(link);
+      link->Close();
+      if (!tcp_ns) ResetConnections(hello->ns, hello->from_addr, hello->to_addr);
+      return;
+    }
     case control::HelloKind::kInfo: {
       // Same-host only: this engine's share of an RDS_INFO answer, or (option
       // 0) its whole state as JSON for rdsctl, whatever the namespace.
@@ -1117,6 +1142,18 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
     };
     for (auto& [key, c] : connections_) {
       if (ns && key.ns != *ns) continue;
+      if (c->local && c->loop_delivered > 0) {
+        PathInfo self;
+        self.ns = key.ns;
+        self.laddr = key.laddr;
+        self.faddr = key.faddr;
+        self.peer_pid = pid_;
+        self.same_host = true;
+        self.in_process = true;
+        self.up = true;
+        self.next_tx_seq = self.next_rx_seq = c->loop_delivered + 1;
+        out.push_back(std::move(self));
+      }
       for (auto& [pid, p] : c->paths) {
         PathInfo pi;
         pi.ns = key.ns;

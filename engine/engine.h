@@ -50,6 +50,7 @@ struct PathInfo {
   RdsAddr laddr, faddr;
   uint32_t peer_pid = 0;
   bool same_host = false;
+  bool in_process = false;  // this process's own loopback deliveries (peer_pid is ours)
   bool up = false;
   bool connecting = false;
   uint64_t next_tx_seq = 0;
@@ -77,6 +78,8 @@ class Engine {
   // UEK RDS_CONN_RESET: drop the links of the connections from `src` to
   // `dst`; queued messages go again after the reconnect.
   void ResetConnections(NetNsKey ns, RdsAddr src, RdsAddr dst);
+  // The same in every engine of the host (RDS_CONN_RESET from a socket).
+  void ResetConnectionsHostWide(NetNsKey ns, RdsAddr src, RdsAddr dst);
 
   // This process's congestion map of `addr` changed: send it to every peer
   // with a path from that address (kernel rds_cong_queue_updates).

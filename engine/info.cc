@@ -91,10 +91,16 @@ InfoItems Sockets(const std::shared_ptr<NetNs>& ns, bool v6) {
 
 bool BothV4(const RdsAddr& a, const RdsAddr& b) { return a.IsV4Mapped() && b.IsV4Mapped(); }
 
+// Kernel RDS has one loopback connection per same-host address pair, used in
+// both directions, whose NextRX equals its NextTX (rds_loop_xmit delivers on
+// the sending connection). Same-host paths are reported that way: the row's
+// sequences count what this engine sent; rows of the same pair from several
+// engines are merged by the asking process (MergeLoopbackRows).
 InfoItems Connections(const std::vector<PathInfo>& paths, bool v6) {
   InfoItems items{v6 ? sizeof(rds6_info_connection) : sizeof(rds_info_connection), {}};
-  for (const PathInfo& p : paths) {
+  for (PathInfo p : paths) {
     if (!v6 && !BothV4(p.laddr, p.faddr)) continue;
+    if (p.same_host) p.next_rx_seq = p.next_tx_seq;
     uint8_t flags = (p.up ? RDS_INFO_CONNECTION_FLAG_CONNECTED : 0) |
                     (p.connecting ? RDS_INFO_CONNECTION_FLAG_CONNECTING : 0) |
                     (!p.send.empty() ? RDS_INFO_CONNECTION_FLAG_SENDING : 0);
@@ -234,6 +240,42 @@ void Merge(int option, InfoItems* into, const InfoItems& other) {
       }
     }
     if (!found) Append(into, theirs);
+  }
+}
+
+template <typename Row>
+void MergeLoopbackRowsOf(InfoItems* items) {
+  std::vector<Row> rows(items->bytes.size() / sizeof(Row));
+  std::memcpy(rows.data(), items->bytes.data(), rows.size() * sizeof(Row));
+  std::vector<Row> merged;
+  for (const Row& r : rows) {
+    bool loop = std::strncmp(reinterpret_cast<const char*>(r.transport), "loopback", TRANSNAMSIZ) == 0;
+    Row* same = nullptr;
+    for (Row& m : merged) {
+      if (loop && std::strncmp(reinterpret_cast<const char*>(m.transport), "loopback", TRANSNAMSIZ) == 0 &&
+          std::memcmp(&m.laddr, &r.laddr, sizeof(r.laddr)) == 0 &&
+          std::memcmp(&m.faddr, &r.faddr, sizeof(r.faddr)) == 0) {
+        same = &m;
+        break;
+      }
+    }
+    if (same == nullptr) {
+      merged.push_back(r);
+      continue;
+    }
+    uint64_t tx = same->next_tx_seq + r.next_tx_seq - 1;
+    same->next_tx_seq = same->next_rx_seq = tx;
+    same->flags |= r.flags;
+  }
+  items->bytes.assign(reinterpret_cast<const uint8_t*>(merged.data()),
+                      reinterpret_cast<const uint8_t*>(merged.data() + merged.size()));
+}
+
+void MergeLoopbackRows(int option, InfoItems* items) {
+  if (option == RDS_INFO_CONNECTIONS) {
+    MergeLoopbackRowsOf<rds_info_connection>(items);
+  } else {
+    MergeLoopbackRowsOf<rds6_info_connection>(items);
   }
 }
 
@@ -415,7 +457,7 @@ std::string EngineDumpJson() {
     j.Field("laddr", p.laddr.ToString());
     j.Field("faddr", p.faddr.ToString());
     j.Field("peer_pid", p.peer_pid);
-    j.Field("transport", p.same_host ? "unix" : "tcp");
+    j.Field("transport", p.in_process ? "loop" : p.same_host ? "unix" : "tcp");
     j.Field("state", p.up ? "up" : p.connecting ? "connecting" : "down");
     j.Field("next_tx_seq", p.next_tx_seq);
     j.Field("next_rx_seq", p.next_rx_seq);
@@ -473,19 +515,13 @@ absl::StatusOr<int> InfoGetSockOpt(RdsSocket& rs, int option, void* optval, sock
   if (!items.ok()) return items.status();
 
   // Every other engine of the host that serves this namespace.
-  const std::string& rundir = HostRegistry::Get().rundir();
-  if (DIR* d = opendir(rundir.c_str())) {
-    uint32_t self = static_cast<uint32_t>(getpid());
-    while (struct dirent* ent = readdir(d)) {
-      std::string name = ent->d_name;
-      if (!absl::StartsWith(name, "engine-") || !absl::EndsWith(name, ".sock")) continue;
-      uint32_t pid;
-      if (!absl::SimpleAtoi(name.substr(7, name.size() - 12), &pid) || pid == self) continue;
-      if (std::optional<InfoItems> theirs = QueryEngine(rundir + "/" + name, option, rs.ns->key())) {
-        Merge(option, &*items, *theirs);
-      }
+  for (const std::string& path : HostRegistry::Get().OtherEngineSockets()) {
+    if (std::optional<InfoItems> theirs = QueryEngine(path, option, rs.ns->key())) {
+      Merge(option, &*items, *theirs);
     }
-    closedir(d);
+  }
+  if (option == RDS_INFO_CONNECTIONS || option == RDS6_INFO_CONNECTIONS) {
+    MergeLoopbackRows(option, &*items);
   }
 
   int total = static_cast<int>(items->bytes.size());

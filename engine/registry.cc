@@ -1,6 +1,7 @@
 // engine/registry.cc — port, socket and engine registry on the filesystem.
 #include "engine/registry.h"
 
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "conf/settings.h"
@@ -89,6 +92,22 @@ std::string HostRegistry::EngineSocketPath(pid_t pid) const {
 }
 
 void HostRegistry::ResetAfterFork() { sockets_fd_ = -1; }
+
+std::vector<std::string> HostRegistry::OtherEngineSockets() const {
+  std::vector<std::string> out;
+  DIR* d = opendir(rundir_.c_str());
+  if (d == nullptr) return out;
+  uint32_t self = static_cast<uint32_t>(getpid());
+  while (struct dirent* ent = readdir(d)) {
+    std::string name = ent->d_name;
+    if (!absl::StartsWith(name, "engine-") || !absl::EndsWith(name, ".sock")) continue;
+    uint32_t pid;
+    if (!absl::SimpleAtoi(name.substr(7, name.size() - 12), &pid) || pid == self) continue;
+    out.push_back(absl::StrCat(rundir_, "/", name));
+  }
+  closedir(d);
+  return out;
+}
 
 int HostRegistry::SocketsFd() {
   absl::MutexLock lock(&mu_);

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -49,6 +50,8 @@ class HostRegistry {
 
   const std::string& rundir() const { return rundir_; }
   std::string EngineSocketPath(pid_t pid) const;
+  // The Unix socket paths of every other engine registered on this host.
+  std::vector<std::string> OtherEngineSockets() const;
 
   // Socket ownership (DESIGN.md §2.4).
   absl::Status ClaimSocket(uint64_t id);      // EBUSY-like failure if another process owns it

@@ -214,7 +214,7 @@ absl::Status ConnReset(RdsSocket& rs, const void* optval, socklen_t optlen, bool
   // Drops the connection's links; queued and unacknowledged messages are
   // sent again once it reconnects (UEK rds_user_reset: 0 whether or not a
   // connection existed).
-  Engine::Get().ResetConnections(rs.ns->key(), src, dst);
+  Engine::Get().ResetConnectionsHostWide(rs.ns->key(), src, dst);
   return absl::OkStatus();
 }
 

@@ -27,8 +27,12 @@ absl::StatusOr<int> Connect(const std::string& path);
 // The uid of the process at the other end of a connected Unix socket.
 absl::StatusOr<uid_t> PeerUid(int fd);
 // Sends `m` (header + payload, one message) over a fresh connection to the
-// engine at `path`, with `fd_to_pass` attached (SCM_RIGHTS). Blocking, bounded.
+// engine at `path`, with `fd_to_pass` attached (SCM_RIGHTS) unless it is -1.
+// Blocking, bounded (1 s).
 absl::Status HandOff(const std::string& path, const MessagePtr& m, int fd_to_pass);
+inline absl::Status SendOne(const std::string& path, const MessagePtr& m) {
+  return HandOff(path, m, -1);
+}
 
 }  // namespace rds::unix_link
 
