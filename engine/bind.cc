@@ -135,6 +135,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
   rs.bound = RdsEndpoint{want.addr, port};
   rs.transport = transport;
   table().sockets[BindKey{rs.ns->key(), *rs.bound}] = rs.weak_from_this();
+  rs.ns->ports().BumpPortGeneration(want.addr, port);
   rs.ns->ports().BumpBindGeneration();
   log::Debug("socket %016x bound to %s:%u", rs.id, want.addr.ToString(), port);
   return absl::OkStatus();
@@ -149,6 +150,7 @@ void Unbind(RdsSocket& rs) {
   if (!bound) return;
   absl::MutexLock table_lock(&table().mu);
   table().sockets.erase(BindKey{rs.ns->key(), *bound});
+  rs.ns->ports().BumpPortGeneration(bound->addr, bound->port);
   rs.ns->ports().Unlock(bound->addr, bound->port);
   rs.ns->ports().BumpBindGeneration();
 }

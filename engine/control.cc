@@ -51,7 +51,7 @@ class Reader {
       std::memset(out, 0, n);
       return;
     }
-    std::memcpy(out, p_ + off_, n);
+    if (n) std::memcpy(out, p_ + off_, n);
     off_ += n;
   }
   RdsAddr Addr() {

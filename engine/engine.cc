@@ -202,6 +202,15 @@ void Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m) {
       DeliverLocally(c, std::move(m));
       return;
     }
+    if (m->port_gen) {
+      absl::StatusOr<uint32_t> now = c.ns->ports().PortGeneration(c.key.faddr, port);
+      if (now.ok() && *now != *m->port_gen) {
+        // The port was closed or re-bound after this message was sent: it
+        // was addressed to a socket that no longer exists.
+        DropMessage(m, stats::kShimSendDropNoRoute);
+        return;
+      }
+    }
     uint32_t owner = LocalOwner(c, port);
     if (owner == pid_) {
       DeliverLocally(c, std::move(m));
@@ -550,7 +559,9 @@ void Engine::OnPathDown(Path& p, const absl::Status& why) {
   ReturnUnackedToBacklog(p);
   // Route queries in flight on the dead link are asked again on the next.
   p.conn.querying.clear();
-  if (!p.backlog.empty()) SchedulePathRetry(p);
+  // Reconnect even with nothing to send: that is how a dead peer engine is
+  // found out (and its congestion map, which may block senders, dropped).
+  SchedulePathRetry(p);
 }
 
 void Engine::SchedulePathRetry(Path& p) {
@@ -1096,13 +1107,8 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
                         const control::Hello& h) {
   Connection& c = GetConnection(ns, h.to_addr, h.from_addr);
   Path& p = GetPath(c, h.pid, /*connect=*/false);
-  if (p.link && h.gen == p.peer_gen) {
-    // The same peer incarnation already has a working link on this path:
-    // refuse the duplicate rather than abandon messages in flight on the
-    // established one. (A restarted peer has a new generation and replaces it.)
-    Reply(link, control::HelloResult::kRejectCollision, 0, true);
-    return;
-  }
+  // A new link for a path that is up replaces it (the peer saw the old one
+  // fail first); AttachLink resends what the old one had not delivered.
   if (p.connecting) {
     // Both sides opened this path: the link opened by the smaller
     // (address, pid) survives; data has flowed on neither.

@@ -246,7 +246,7 @@ void Merge(int option, InfoItems* into, const InfoItems& other) {
 template <typename Row>
 void MergeLoopbackRowsOf(InfoItems* items) {
   std::vector<Row> rows(items->bytes.size() / sizeof(Row));
-  std::memcpy(rows.data(), items->bytes.data(), rows.size() * sizeof(Row));
+  if (!rows.empty()) std::memcpy(rows.data(), items->bytes.data(), rows.size() * sizeof(Row));
   std::vector<Row> merged;
   for (const Row& r : rows) {
     bool loop = std::strncmp(reinterpret_cast<const char*>(r.transport), "loopback", TRANSNAMSIZ) == 0;
@@ -301,7 +301,9 @@ std::optional<InfoItems> QueryEngine(const std::string& path, int option, NetNsK
     MessagePtr m = control::EncodeHello(h);
     std::vector<uint8_t> out(wire::kHeaderSize + m->payload.size());
     wire::Encode(m->header, out.data());
-    std::memcpy(out.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
+    if (m->payload.size()) {
+      std::memcpy(out.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
+    }
     if (sys::WriteAll(fd, out.data(), out.size())) {
       Reassembler reader;
       bool done = false;

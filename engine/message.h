@@ -56,6 +56,10 @@ struct Message {
   // engine-generated messages). Released when the message leaves the queues.
   std::shared_ptr<RdsSocket> sender;
   std::atomic<bool> cancelled{false};
+  // Same-host destinations: the destination port's bind generation when
+  // sendmsg() ran; a different one at routing time means the port was
+  // re-bound (or closed) since, and the message is not for the new socket.
+  std::optional<uint32_t> port_gen;
   // MSG_ZEROCOPY: the cookie reported to the sender when the message is done.
   std::optional<uint32_t> zcopy_cookie;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).

@@ -120,6 +120,18 @@ absl::Status NetNs::RunIn(const std::function<absl::Status()>& fn) {
   return s;
 }
 
+bool NetNs::IsLocalAddressCached(const RdsAddr& addr) {
+  {
+    absl::ReaderMutexLock lock(&local_mu_);
+    auto it = local_cache_.find(addr);
+    if (it != local_cache_.end()) return it->second;
+  }
+  bool local = IsLocalAddress(addr);
+  absl::MutexLock lock(&local_mu_);
+  local_cache_[addr] = local;
+  return local;
+}
+
 bool NetNs::IsLocalAddress(const RdsAddr& addr) {
   bool local = false;
   absl::Status s = RunIn([&]() -> absl::Status {

@@ -14,7 +14,9 @@
 #include <functional>
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "engine/addr.h"
 #include "engine/registry.h"
@@ -41,6 +43,8 @@ class NetNs {
   // True if `addr` is a local address of this namespace (what the kernel's
   // TCP transport accepts in bind: rds_tcp_laddr_check).
   bool IsLocalAddress(const RdsAddr& addr);
+  // The same, remembered per address (for the send path).
+  bool IsLocalAddressCached(const RdsAddr& addr);
 
  private:
   NetNs(NetNsKey key, int ns_fd, std::unique_ptr<PortRegistry> ports);
@@ -48,6 +52,8 @@ class NetNs {
 
   NetNsKey key_;
   int ns_fd_;
+  absl::Mutex local_mu_;
+  absl::flat_hash_map<RdsAddr, bool> local_cache_ ABSL_GUARDED_BY(local_mu_);
   std::unique_ptr<PortRegistry> ports_;
 };
 

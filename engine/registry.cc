@@ -48,9 +48,18 @@ pid_t LockHolder(int fd, off_t offset) {
 }
 
 int OpenShared(const std::string& path) {
-  int fd = sys::Open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  // Open an existing file without O_CREAT: with fs.protected_regular, O_CREAT
+  // on another user's file in a sticky directory fails even if it is 0666.
+  int fd = sys::Open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0 && errno == ENOENT) {
+    fd = sys::Open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      fchmod(fd, 0666);  // another user's engines must be able to lock ports too
+    } else if (errno == EEXIST) {
+      fd = sys::Open(path.c_str(), O_RDWR | O_CLOEXEC, 0);  // created meanwhile
+    }
+  }
   if (fd < 0) return fd;
-  fchmod(fd, 0666);  // another user's engines must be able to lock ports too
   return sys::MakeInternal(fd);
 }
 
@@ -165,23 +174,55 @@ absl::StatusOr<std::unique_ptr<PortRegistry>> PortRegistry::Open(const std::stri
 PortRegistry::PortRegistry(std::string dir, int gen_fd, std::atomic<uint64_t>* gen)
     : dir_(std::move(dir)), gen_fd_(gen_fd), gen_(gen) {}
 
+constexpr size_t kPortGensBytes = 65536 * sizeof(uint32_t);
+
 PortRegistry::~PortRegistry() {
   munmap(gen_, sizeof(uint64_t));
   sys::CloseInternal(gen_fd_);
-  for (auto& [addr, fd] : ports_fds_) sys::CloseInternal(fd);
+  for (auto& [addr, f] : files_) {
+    if (f.port_gens) munmap(f.port_gens, kPortGensBytes);
+    sys::CloseInternal(f.fd);
+  }
 }
 
-absl::StatusOr<int> PortRegistry::PortsFd(const RdsAddr& addr) {
+absl::StatusOr<PortRegistry::AddrFile> PortRegistry::File(const RdsAddr& addr) {
   absl::MutexLock lock(&mu_);
-  auto it = ports_fds_.find(addr);
-  if (it != ports_fds_.end()) return it->second;
-  int fd = OpenShared(absl::StrCat(dir_, "/", AddrFileName(addr)));
-  if (fd < 0) {
+  auto it = files_.find(addr);
+  if (it != files_.end()) return it->second;
+  AddrFile f;
+  f.fd = OpenShared(absl::StrCat(dir_, "/", AddrFileName(addr)));
+  if (f.fd < 0) {
     return absl::InternalError(absl::StrFormat("cannot open port registry in %s: %s", dir_,
                                                strerror(errno)));
   }
-  ports_fds_[addr] = fd;
-  return fd;
+  struct stat st;
+  if (fstat(f.fd, &st) == 0 && st.st_size < static_cast<off_t>(kPortGensBytes)) {
+    if (ftruncate(f.fd, kPortGensBytes) != 0) {
+      // Another user's file we may not grow: fine once its owner did.
+    }
+  }
+  void* map = mmap(nullptr, kPortGensBytes, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0);
+  if (map != MAP_FAILED) f.port_gens = static_cast<std::atomic<uint32_t>*>(map);
+  files_[addr] = f;
+  return f;
+}
+
+absl::StatusOr<int> PortRegistry::PortsFd(const RdsAddr& addr) {
+  absl::StatusOr<AddrFile> f = File(addr);
+  if (!f.ok()) return f.status();
+  return f->fd;
+}
+
+absl::StatusOr<uint32_t> PortRegistry::PortGeneration(const RdsAddr& addr, uint16_t port) {
+  absl::StatusOr<AddrFile> f = File(addr);
+  if (!f.ok()) return f.status();
+  if (f->port_gens == nullptr) return absl::UnavailableError("port generations not mapped");
+  return f->port_gens[port].load(std::memory_order_acquire);
+}
+
+void PortRegistry::BumpPortGeneration(const RdsAddr& addr, uint16_t port) {
+  absl::StatusOr<AddrFile> f = File(addr);
+  if (f.ok() && f->port_gens) f->port_gens[port].fetch_add(1, std::memory_order_acq_rel);
 }
 
 absl::Status PortRegistry::Lock(const RdsAddr& addr, uint16_t port) {

@@ -89,17 +89,29 @@ class PortRegistry {
   uint64_t BindGeneration() const { return gen_->load(std::memory_order_acquire); }
   void BumpBindGeneration() { gen_->fetch_add(1, std::memory_order_acq_rel); }
 
+  // Per port: bumped by every bind and unbind of (addr, port), host-wide.
+  // A message stamped with it at sendmsg() is only delivered to the binding
+  // that existed then (DESIGN.md §3.4). Kept in the ports file itself (the
+  // file's bytes; its locks are separate).
+  absl::StatusOr<uint32_t> PortGeneration(const RdsAddr& addr, uint16_t port);
+  void BumpPortGeneration(const RdsAddr& addr, uint16_t port);
+
   const std::string& dir() const { return dir_; }
 
  private:
   PortRegistry(std::string dir, int gen_fd, std::atomic<uint64_t>* gen);
+  struct AddrFile {
+    int fd = -1;
+    std::atomic<uint32_t>* port_gens = nullptr;  // 65536 counters, mmap'd
+  };
+  absl::StatusOr<AddrFile> File(const RdsAddr& addr);
   absl::StatusOr<int> PortsFd(const RdsAddr& addr);
 
   std::string dir_;
   int gen_fd_;
   std::atomic<uint64_t>* gen_;  // mmap'd, shared with every process in the netns
   absl::Mutex mu_;
-  absl::flat_hash_map<RdsAddr, int> ports_fds_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<RdsAddr, AddrFile> files_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rds

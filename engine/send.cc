@@ -310,6 +310,10 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   m->header.dport = dest.port;
   m->saddr = source.addr;
   m->daddr = dest.addr;
+  if (dest.port != 0 && rs.ns->IsLocalAddressCached(dest.addr)) {
+    absl::StatusOr<uint32_t> gen = rs.ns->ports().PortGeneration(dest.addr, dest.port);
+    if (gen.ok()) m->port_gen = *gen;
+  }
 
   // Congestion (rds_cong_wait, §A.4 step 10): non-blocking → ENOBUFS (noting
   // the port for RDS_CONG_MONITOR); blocking → sleep until the port clears,

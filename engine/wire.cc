@@ -111,7 +111,7 @@ ExtHeaders ParseExtHeaders(const Header& h) {
 bool ExtWriter::Append(uint8_t type, absl::Span<const uint8_t> data) {
   if (used_ + 1 + data.size() > kExtHeaderSpace) return false;
   h_->exthdr[used_] = type;
-  std::memcpy(&h_->exthdr[used_ + 1], data.data(), data.size());
+  if (!data.empty()) std::memcpy(&h_->exthdr[used_ + 1], data.data(), data.size());
   used_ += 1 + data.size();
   if (used_ < kExtHeaderSpace) h_->exthdr[used_] = kExtNone;
   return true;
