@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages needed to build and test rds-preload.
+# clang + libclang-rt-14-dev: the libFuzzer targets (-fsanitize=fuzzer; scripts/fuzz.sh);
+# llvm: llvm-symbolizer, for symbolized sanitizer reports. g++'s ASan/UBSan/TSan runtimes
+# (libasan8, libubsan1, libtsan2) come with build-essential.
 set -euo pipefail
 packages=(
   build-essential g++ meson ninja-build pkg-config
   libabsl-dev libunwind-dev libibverbs-dev librdmacm-dev
-  libgtest-dev libgmock-dev libssl-dev
+  libgtest-dev libgmock-dev libssl-dev nlohmann-json3-dev
   python3 iproute2 procps
+  clang libclang-rt-14-dev llvm
 )
 missing=()
 for p in "${packages[@]}"; do
