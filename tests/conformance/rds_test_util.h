@@ -397,6 +397,16 @@ inline Received RecvWithin(int fd, size_t bufsize = 65536, int timeout_ms = kPro
   }
 }
 
+// The first control message of (level, type) that a receive returned, or null.
+inline const cmsghdr* FindCmsg(const Received& r, int level, int type) {
+  msghdr m{};
+  m.msg_control = const_cast<char*>(r.control.data());
+  m.msg_controllen = r.control.size();
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+    if (c->cmsg_level == level && c->cmsg_type == type) return c;
+  return nullptr;
+}
+
 // Asserts that nothing arrives on fd within `ms`.
 inline void ExpectNothingWithin(int fd, int ms) {
   Received r = RecvWithin(fd, 65536, ms);

@@ -14,15 +14,6 @@ void SendAndWait(const Pair& p, const std::string& m) {
   ASSERT_GE(peek.n, 0) << "message not delivered: " << ErrnoName(peek.err);
 }
 
-const cmsghdr* FindCmsg(const Received& r, int level, int type) {
-  msghdr m{};
-  m.msg_control = const_cast<char*>(r.control.data());
-  m.msg_controllen = r.control.size();
-  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-    if (c->cmsg_level == level && c->cmsg_type == type) return c;
-  return nullptr;
-}
-
 // ---- §A.5: flags ---------------------------------------------------------------------------------
 
 // "MSG_OOB → returns 0 at once." Even on an empty, blocking socket.

@@ -135,9 +135,32 @@ def plain_env(**extra):
     return env
 
 
+def preload_value():
+    """The LD_PRELOAD value for a child: the shim, followed in a sanitizer build by the sanitizer
+    runtime (RDS_IT_PRELOAD_RUNTIME, set by tests/meson.build, which explains the order)."""
+    lib = path_of("RDS_IT_PRELOAD_LIB")
+    runtime = os.environ.get("RDS_IT_PRELOAD_RUNTIME")
+    return f"{lib}:{runtime}" if runtime else lib
+
+
+def sanitizer_env(argv):
+    """Sanitizer builds only: extra environment for a child running argv[0]. Programs built by
+    this project (under RDS_IT_BUILD_ROOT) keep ASAN_OPTIONS as meson set it (leak checking
+    on); foreign programs (python3 running a helper script, ...) get RDS_IT_FOREIGN_ASAN_OPTIONS
+    (leak checking off: they are not instrumented and python3 does not free everything)."""
+    foreign = os.environ.get("RDS_IT_FOREIGN_ASAN_OPTIONS")
+    root = os.environ.get("RDS_IT_BUILD_ROOT")
+    if not foreign or not root:
+        return {}
+    prog = os.path.realpath(shutil.which(str(argv[0])) or str(argv[0]))
+    if prog.startswith(os.path.realpath(root) + os.sep):
+        return {}
+    return {"ASAN_OPTIONS": foreign}
+
+
 def preload_env(rundir, **extra):
     env = plain_env(**extra)
-    env["LD_PRELOAD"] = path_of("RDS_IT_PRELOAD_LIB")
+    env["LD_PRELOAD"] = preload_value()
     env["RDS_PRELOAD_RUNDIR"] = rundir
     return env
 
@@ -158,6 +181,8 @@ class Proc:
         self._buf = b""
         self._eof = False
         extra_env = extra_env or {}
+        if preload:
+            extra_env = {**sanitizer_env(argv), **extra_env}
         errdir = rundir if os.path.isdir(rundir) else tempfile.gettempdir()
         self.errpath = os.path.join(errdir, f"{name}.stderr")
         self._err = open(self.errpath, "wb")
@@ -165,7 +190,7 @@ class Proc:
         if netns:
             prefix = ["ip", "netns", "exec", netns, "env"]
             if preload:
-                prefix += [f"LD_PRELOAD={path_of('RDS_IT_PRELOAD_LIB')}"]
+                prefix += [f"LD_PRELOAD={preload_value()}"]
             prefix += [f"RDS_PRELOAD_RUNDIR={rundir}"] + [f"{k}={v}" for k, v in extra_env.items()]
             argv = prefix + argv
             env = plain_env()
@@ -436,3 +461,38 @@ def run_tests(limit_seconds):
 
 def errname(e):
     return errno.errorcode.get(e, str(e))
+
+
+# --------------------------------------------------------------------------------------------
+# Added for the reliability tests (test_soak.py, test_kill9.py, test_other_uid.py).
+
+def make_two_hosts(label):
+    """Two network namespaces joined by a veth pair, each one a 'host' for the shim.
+    Returns (ns_a, ip_a, ns_b, ip_b); the namespaces are removed by CLEANUP. Needs root (call
+    require_netns() first)."""
+    tag = unique_tag()
+    r = random.randrange(1, 255)
+    ns_a = add_netns(f"rdsit{tag}{label}a")
+    ns_b = add_netns(f"rdsit{tag}{label}b")
+    net = f"10.{random.randrange(100, 200)}.{r}"
+    ip_a, ip_b = f"{net}.1", f"{net}.2"
+    add_veth(ns_a, f"ri{tag}a", f"{ip_a}/24", ns_b, f"ri{tag}b", f"{ip_b}/24")
+    wait_addr_ready(ns_a, ip_a)
+    wait_addr_ready(ns_b, ip_b)
+    return ns_a, ip_a, ns_b, ip_b
+
+
+def kv_fields(line):
+    """{'key': 'value'} of the key=value words of a line (other words are ignored)."""
+    out = {}
+    for word in line.split():
+        if "=" in word:
+            k, v = word.split("=", 1)
+            out[k] = v
+    return out
+
+
+def ask(proc, command, prefix, timeout=10):
+    """Sends command to a line-protocol child and returns its reply line starting with prefix."""
+    proc.send(command)
+    return proc.expect(prefix, timeout)

@@ -29,6 +29,19 @@
 // "done" are printed. Without --control the plan starts at once and the program exits when done.
 // SIGUSR1 prints the counters as well.
 //
+// Options for flow-control tests (off by default; without them nothing above changes):
+//   --recv-delay-us D  sleep D microseconds after every received message (a slow receiver)
+//   --send-stats       count what sendto returned and how long each call took; before "done":
+//                        "sendstats calls <n> enobufs <n> eagain <n> slow_calls <n> max_ms <x>
+//                         total_ms <x> bytes <n>"  (slow = one call took >= 5 ms, i.e. it
+//                         blocked; bytes = payload bytes of the messages sent)
+//   --rxqueue-stats    before every receive, sample the bytes queued on this socket: with
+//                      getsockopt(SOL_RDS, RDS_INFO_RECV_MESSAGES) (the sum of h_len of this
+//                      socket's entries) if the library answers it, otherwise with
+//                      RDS_INFO_COUNTERS (recv_bytes_added_to_sock - recv_bytes_freed_fromsock;
+//                      this process has one socket); before "done":
+//                        "rxqueue method info|counters max_bytes <n> samples <n>"
+//
 // Exit status: 0 ok, 1 usage/setup, 2 preload not loaded, 3 timeout, 4 bind failed,
 //              5 verification errors or extra messages, 6 send buffer cannot hold --max-size.
 // Debugging: RDS_PEER_TRACE_DIR=dir logs every send and receive to dir/trace-<pid>.txt.
@@ -243,6 +256,9 @@ struct Options {
   bool bind_on_go = false;
   int bind_retry_ms = 0;
   double timeout = 300;
+  long recv_delay_us = 0;
+  bool send_stats = false;
+  bool rxqueue_stats = false;
 };
 
 struct TxStream {
@@ -281,6 +297,15 @@ std::atomic<uint64_t> sent_total{0}, rx_total{0}, extra_total{0}, errors{0};
 volatile sig_atomic_t usr1 = 0;
 std::vector<uint8_t> rbuf, ebuf, sbuf;
 bool session_active = false;
+
+// --send-stats
+std::atomic<uint64_t> st_calls{0}, st_enobufs{0}, st_eagain{0}, st_slow{0};
+std::atomic<uint64_t> st_max_us{0}, st_total_us{0}, st_bytes{0};
+// --rxqueue-stats
+constexpr int kRdsInfoRecvMessages = 10005;
+constexpr size_t kRdsInfoMessageSize = 26;  // struct rds_info_message (packed)
+int rxq_method = 0;                         // 0 unknown, 1 info, 2 counters, -1 failed
+uint64_t rxq_max = 0, rxq_samples = 0;
 
 void fail_setup(const char *what) {
   say("fatal %s %s", what, errname(errno));
@@ -380,7 +405,9 @@ void on_message(Addr src, const uint8_t *data, size_t len, int flags, socklen_t 
 }
 
 // One recvmsg. Returns 1 on a message, 0 on EAGAIN, -errno on a real error.
+void sample_rxqueue();
 int receive_one(int flags) {
+  if (opt.rxqueue_stats) sample_rxqueue();
   sockaddr_in from{};
   iovec iov{rbuf.data(), rbuf.size()};
   msghdr mh{};
@@ -396,6 +423,7 @@ int receive_one(int flags) {
   Addr src{ntohl(from.sin_addr.s_addr), ntohs(from.sin_port)};
   on_message(src, rbuf.data(), static_cast<size_t>(n), mh.msg_flags, mh.msg_namelen,
              from.sin_family);
+  if (opt.recv_delay_us > 0) usleep(static_cast<useconds_t>(opt.recv_delay_us));
   return 1;
 }
 
@@ -419,7 +447,22 @@ int send_next(size_t d) {
     fill_msg(sbuf.data(), prepared.size, opt.seed, me, t.dst, t.sent);
   }
   sockaddr_in to = t.dst.sin();
+  double t0 = opt.send_stats ? now_s() : 0;
   ssize_t n = sendto(fd, sbuf.data(), prepared.size, 0, reinterpret_cast<sockaddr *>(&to), sizeof to);
+  int send_errno = errno;
+  if (opt.send_stats) {
+    uint64_t us = static_cast<uint64_t>((now_s() - t0) * 1e6);
+    st_calls++;
+    st_total_us += us;
+    if (us >= 5000) st_slow++;
+    uint64_t m = st_max_us.load();
+    while (us > m && !st_max_us.compare_exchange_weak(m, us)) {
+    }
+    if (n < 0 && send_errno == ENOBUFS) st_enobufs++;
+    if (n < 0 && send_errno == EAGAIN) st_eagain++;
+    if (n >= 0) st_bytes += static_cast<uint64_t>(n);
+  }
+  errno = send_errno;
   if (n < 0) return errno;
   if (static_cast<size_t>(n) != prepared.size) {
     say("fatal short-send %zd of %zu", n, prepared.size);
@@ -469,6 +512,83 @@ void print_counters() {
   }
   say("counters-error ENOSPC-loop");
   say("counters-end");
+}
+
+// --rxqueue-stats: one sample of the bytes queued on this socket (see the header comment).
+// Returns false if neither RDS_INFO_RECV_MESSAGES nor RDS_INFO_COUNTERS can be read.
+bool rxqueue_by_info(uint64_t *out) {
+  static std::vector<uint8_t> buf(64 * kRdsInfoMessageSize);
+  for (int attempt = 0; attempt < 8; attempt++) {
+    socklen_t len = static_cast<socklen_t>(buf.size());
+    int r = getsockopt(fd, kSolRds, kRdsInfoRecvMessages, buf.data(), &len);
+    if (r < 0 && errno == ENOSPC && len > buf.size()) {
+      buf.resize(len + 64 * kRdsInfoMessageSize);
+      continue;
+    }
+    if (r < 0) return false;
+    uint64_t sum = 0;
+    for (size_t off = 0; off + kRdsInfoMessageSize <= len; off += kRdsInfoMessageSize) {
+      const uint8_t *m = buf.data() + off;
+      uint32_t mlen, laddr;
+      uint16_t lport;
+      memcpy(&mlen, m + 8, 4);
+      memcpy(&laddr, m + 12, 4);
+      memcpy(&lport, m + 20, 2);
+      if (ntohl(laddr) == me.ip && ntohs(lport) == me.port) sum += mlen;
+    }
+    *out = sum;
+    return true;
+  }
+  return false;
+}
+
+bool rxqueue_by_counters(uint64_t *out) {
+  static std::vector<uint8_t> buf(80 * 40);
+  for (int attempt = 0; attempt < 8; attempt++) {
+    socklen_t len = static_cast<socklen_t>(buf.size());
+    int r = getsockopt(fd, kSolRds, kRdsInfoCounters, buf.data(), &len);
+    if (r < 0 && errno == ENOSPC && len > buf.size()) {
+      buf.resize(len);
+      continue;
+    }
+    if (r != 40) return false;
+    bool have_added = false, have_freed = false;
+    uint64_t added = 0, freed = 0;
+    for (size_t off = 0; off + 40 <= len; off += 40) {
+      const char *name = reinterpret_cast<const char *>(buf.data() + off);
+      uint64_t v;
+      memcpy(&v, buf.data() + off + 32, 8);
+      if (strncmp(name, "recv_bytes_added_to_sock", 24) == 0) added = v, have_added = true;
+      if (strncmp(name, "recv_bytes_freed_fromsock", 25) == 0) freed = v, have_freed = true;
+    }
+    if (!have_added || !have_freed) return false;
+    *out = added >= freed ? added - freed : 0;
+    return true;
+  }
+  return false;
+}
+
+void sample_rxqueue() {
+  uint64_t q = 0;
+  if (rxq_method == 0) {
+    if (rxqueue_by_info(&q)) {
+      rxq_method = 1;
+    } else if (rxqueue_by_counters(&q)) {
+      rxq_method = 2;
+    } else {
+      rxq_method = -1;
+      say("error rxqueue-stats: neither RDS_INFO_RECV_MESSAGES nor RDS_INFO_COUNTERS answers");
+      return;
+    }
+  } else if (rxq_method == 1) {
+    if (!rxqueue_by_info(&q)) return;
+  } else if (rxq_method == 2) {
+    if (!rxqueue_by_counters(&q)) return;
+  } else {
+    return;
+  }
+  rxq_samples++;
+  if (q > rxq_max) rxq_max = q;
 }
 
 void print_summary() {
@@ -654,6 +774,16 @@ bool plan_done() { return !session_active ? false : session_sent() && rx_total >
 
 void finish_session() {
   print_summary();
+  if (opt.send_stats)
+    say("sendstats calls %llu enobufs %llu eagain %llu slow_calls %llu max_ms %.1f total_ms %.1f "
+        "bytes %llu",
+        (unsigned long long)st_calls.load(), (unsigned long long)st_enobufs.load(),
+        (unsigned long long)st_eagain.load(), (unsigned long long)st_slow.load(),
+        st_max_us.load() / 1e3, st_total_us.load() / 1e3, (unsigned long long)st_bytes.load());
+  if (opt.rxqueue_stats)
+    say("rxqueue method %s max_bytes %llu samples %llu",
+        rxq_method == 1 ? "info" : rxq_method == 2 ? "counters" : "none",
+        (unsigned long long)rxq_max, (unsigned long long)rxq_samples);
   say("done sent %llu received %llu errors %llu", (unsigned long long)sent_total.load(),
       (unsigned long long)rx_total.load(), (unsigned long long)errors.load());
   session_active = false;
@@ -816,7 +946,8 @@ void run_threads_mode() {
   fprintf(stderr,
           "usage: rds_peer --bind ADDR:PORT [--dest ADDR:PORT]... [--count M] [--expect N]\n"
           "                [--seed S] [--max-size B] [--sndbuf B] [--rcvbuf B] [--io poll|threads]\n"
-          "                [--control] [--bind-on-go] [--bind-retry-ms MS] [--timeout SEC]\n");
+          "                [--control] [--bind-on-go] [--bind-retry-ms MS] [--timeout SEC]\n"
+          "                [--recv-delay-us D] [--send-stats] [--rxqueue-stats]\n");
   exit(1);
 }
 
@@ -853,6 +984,9 @@ int main(int argc, char **argv) {
     else if (a == "--bind-on-go") opt.bind_on_go = true;
     else if (a == "--bind-retry-ms") opt.bind_retry_ms = std::stoi(val());
     else if (a == "--timeout") opt.timeout = std::stod(val());
+    else if (a == "--recv-delay-us") opt.recv_delay_us = std::stol(val());
+    else if (a == "--send-stats") opt.send_stats = true;
+    else if (a == "--rxqueue-stats") opt.rxqueue_stats = true;
     else usage();
   }
   if (!have_bind || opt.max_size > kRdsMaxMsg || (opt.bind_on_go && (!opt.control || opt.threads))) usage();
