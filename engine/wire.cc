@@ -90,7 +90,7 @@ ExtHeaders ParseExtHeaders(const Header& h) {
     int size = ExtSize(type);
     if (size < 0) size = 0;
     if (off + 1 + static_cast<size_t>(size) > kExtHeaderSpace) break;
-    const uint8_t* d = &h.exthdr[off + 1];
+    const uint8_t* d = h.exthdr.data() + off + 1;  // one past the end when size is 0
     switch (type) {
       case kExtVersion: out.version = Be32(d); break;
       case kExtRdmaDest:

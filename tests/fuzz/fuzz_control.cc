@@ -55,7 +55,7 @@ bool SameControl(const Control& a, const Control& b) {
          a.owner_pid == b.owner_pid;
 }
 
-std::vector<uint8_t> Bytes(const Payload& p) {
+std::vector<uint8_t> BytesOf(const Payload& p) {
   return std::vector<uint8_t>(p.data(), p.data() + p.size());
 }
 
@@ -127,9 +127,9 @@ const Protocol& Proto() {
 }
 
 // Sequential reader of the fuzz input for field values (zeros past the end).
-class Bytes {
+class FieldReader {
  public:
-  Bytes(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  FieldReader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
   uint64_t Get(size_t width) {
     uint64_t v = 0;
     for (size_t i = 0; i < width; ++i) v = (v << 8) | (off_ < n_ ? p_[off_++] : 0);
@@ -179,7 +179,7 @@ void CheckDecoders(const wire::Header& header, const Payload& payload) {
              "IsHello");
   if (hello.ok()) {
     MessagePtr m = control::EncodeHello(*hello);
-    std::vector<uint8_t> re = Bytes(m->payload);
+    std::vector<uint8_t> re = BytesOf(m->payload);
     FUZZ_CHECK(AgreeOnCommonPrefix(re, p, n),
                "a decoded hello re-encodes differently from its payload (%zu and %zu bytes)",
                re.size(), n);
@@ -187,7 +187,7 @@ void CheckDecoders(const wire::Header& header, const Payload& payload) {
                "re-encoded hello header");
     absl::StatusOr<Hello> again = control::DecodeHello(m->header, m->payload);
     FUZZ_CHECK(again.ok() && SameHello(*again, *hello) &&
-                   Bytes(control::EncodeHello(*again)->payload) == re,
+                   BytesOf(control::EncodeHello(*again)->payload) == re,
                "a re-encoded hello does not decode to the same hello");
   }
 
@@ -199,7 +199,7 @@ void CheckDecoders(const wire::Header& header, const Payload& payload) {
   if (ctl.ok()) {
     FUZZ_CHECK(static_cast<uint8_t>(ctl->op) == *op, "control opcode");
     MessagePtr m = control::EncodeControl(*ctl);
-    std::vector<uint8_t> re = Bytes(m->payload);
+    std::vector<uint8_t> re = BytesOf(m->payload);
     FUZZ_CHECK(AgreeOnCommonPrefix(re, p, n),
                "a decoded control message re-encodes differently from its payload "
                "(%zu and %zu bytes)", re.size(), n);
@@ -209,14 +209,14 @@ void CheckDecoders(const wire::Header& header, const Payload& payload) {
                "re-encoded control header");
     absl::StatusOr<Control> again = control::DecodeControl(m->header, m->payload);
     FUZZ_CHECK(again.ok() && SameControl(*again, *ctl) &&
-                   Bytes(control::EncodeControl(*again)->payload) == re,
+                   BytesOf(control::EncodeControl(*again)->payload) == re,
                "a re-encoded control message does not decode to the same message");
   }
 }
 
 void CheckRoundTrips(const uint8_t* data, size_t size) {
   const Protocol& P = Proto();
-  Bytes b(data, size);
+  FieldReader b(data, size);
   Hello h;
   h.kind = static_cast<HelloKind>(Pick(P.kinds, b.Get(2)));
   h.result = static_cast<HelloResult>(Pick(P.results, b.Get(2)));
@@ -242,7 +242,7 @@ void CheckRoundTrips(const uint8_t* data, size_t size) {
   absl::StatusOr<Hello> back = control::DecodeHello(m->header, m->payload);
   FUZZ_CHECK(back.ok(), "DecodeHello(EncodeHello(h)): %s", back.status().ToString().c_str());
   FUZZ_CHECK(SameHello(*back, h) &&
-                 Bytes(control::EncodeHello(*back)->payload) == Bytes(m->payload),
+                 BytesOf(control::EncodeHello(*back)->payload) == BytesOf(m->payload),
              "DecodeHello(EncodeHello(h)) != h");
 
   Control c;
@@ -254,7 +254,7 @@ void CheckRoundTrips(const uint8_t* data, size_t size) {
   absl::StatusOr<Control> cback = control::DecodeControl(mc->header, mc->payload);
   FUZZ_CHECK(cback.ok(), "DecodeControl(EncodeControl(c)): %s", cback.status().ToString().c_str());
   FUZZ_CHECK(SameControl(*cback, c) &&
-                 Bytes(control::EncodeControl(*cback)->payload) == Bytes(mc->payload),
+                 BytesOf(control::EncodeControl(*cback)->payload) == BytesOf(mc->payload),
              "DecodeControl(EncodeControl(c)) != c");
 }
 
