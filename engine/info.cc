@@ -39,7 +39,11 @@ void Append(InfoItems* items, const T& item) {
   items->bytes.insert(items->bytes.end(), p, p + sizeof(T));
 }
 
-void Copy16(const RdsAddr& a, in6_addr* out) { *out = a.V6(); }
+// The rds6_info_* structures are packed: their in6_addr fields may be misaligned.
+void Copy16(const RdsAddr& a, void* out) {
+  const in6_addr v6 = a.V6();
+  std::memcpy(out, &v6, sizeof(v6));
+}
 
 InfoItems Counters() {
   InfoItems items{sizeof(rds_info_counter), {}};

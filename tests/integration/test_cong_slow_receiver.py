@@ -205,8 +205,13 @@ class SlowReceiverFastSenders(unittest.TestCase):
         self.assertGreater(volume, 1.25 * RSS_SLACK_MIB * 1024 * 1024,
                            f"only {volume} bytes were sent: the RSS bound would not catch an "
                            "unbounded receive queue")
-        self.assertLessEqual(peak - baseline, RSS_SLACK_MIB * 1024,
-                             f"R's VmRSS grew from {baseline} KiB to {peak} KiB")
+        if itlib.sanitizer_build():
+            # ASan's quarantine keeps freed memory (up to 256 MiB) and adds redzones: RSS says
+            # nothing about queue bounds there. The queue bound above still holds.
+            itlib.log("sanitizer build: the VmRSS bound is not checked")
+        else:
+            self.assertLessEqual(peak - baseline, RSS_SLACK_MIB * 1024,
+                                 f"R's VmRSS grew from {baseline} KiB to {peak} KiB")
 
         # Diagnostics: the library's own view of congestion on each side.
         for p in senders + [receiver]:
