@@ -72,6 +72,15 @@ void EventLoop::Post(Task task) {
   }
 }
 
+void EventLoop::Defer(Task task) { deferred_.push_back(std::move(task)); }
+
+void EventLoop::RunDeferred() {
+  // A deferred task may defer another (it runs in the next round).
+  std::vector<Task> batch;
+  batch.swap(deferred_);
+  for (Task& t : batch) t();
+}
+
 void EventLoop::DrainTasks() {
   std::deque<Task> batch;
   {
@@ -108,7 +117,8 @@ void EventLoop::Run() {
   while (!stop_.load(std::memory_order_relaxed)) {
     DrainTasks();
     RunDueTimers();
-    int timeout = NextTimeoutMs();
+    RunDeferred();
+    int timeout = deferred_.empty() ? NextTimeoutMs() : 0;
     sleeping_.store(true, std::memory_order_seq_cst);
     {
       // Re-check after announcing sleep: a Post() that saw sleeping_==false

@@ -38,6 +38,10 @@ class EventLoop {
   void Remove(int fd);
   TimerId After(absl::Duration delay, Task task);
   void Cancel(TimerId id);
+  // Runs `task` once the loop has handled everything that is ready now (the posted tasks, due
+  // timers and fd events of this round), before it sleeps again. Links use it to write many
+  // messages per system call.
+  void Defer(Task task);
 
   // Any thread: runs `task` on the loop thread, in posting order.
   void Post(Task task);
@@ -54,6 +58,7 @@ class EventLoop {
   };
 
   void DrainTasks();
+  void RunDeferred();
   int NextTimeoutMs();
   void RunDueTimers();
 
@@ -63,6 +68,7 @@ class EventLoop {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timer_heap_;
   absl::flat_hash_map<TimerId, Task> timers_;
   TimerId next_timer_ = 1;
+  std::vector<Task> deferred_;
   std::atomic<bool> stop_{false};
 
   absl::Mutex task_mu_;

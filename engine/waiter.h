@@ -1,7 +1,8 @@
 // engine/waiter.h — how a thread sleeps until an RDS socket changes.
 //
 // Each thread that blocks in an RDS call owns one Waiter: a timerfd it sleeps
-// on with a blocking read(). A blocked call registers its Waiter with the
+// on with a blocking read(); its deadline arms the timer, a wake-up sets the
+// expiration count directly (TFD_IOC_SET_TICKS, as cheap as an eventfd). A blocked call registers its Waiter with the
 // socket(s) it waits for; whoever changes a socket's state wakes its waiters.
 // The read has kernel RDS's signal behaviour (DESIGN.md §2.2): rds_recvmsg
 // and rds_sendmsg return -ERESTARTSYS from their waits, so a signal restarts
@@ -48,6 +49,7 @@ class Waiter {
   Waiter();
   int fd_;
   std::atomic<bool> woken_{false};
+  bool armed_ = false;  // a deadline may still be armed (owning thread only)
 };
 
 }  // namespace rds

@@ -5,7 +5,8 @@
 #                 instrumented preload library is loaded into the test programs (the ASan
 #                 runtime first in LD_PRELOAD), which options apply, and how reports from any
 #                 process fail the run: tests/meson.build.
-#   ./build-tsan  the engine unit tests built with TSan and run (tests/unit).
+#   ./build-tsan  the unit tests and the conformance suite (the engine's threads against
+#                 the application's) built with TSan and run.
 # Arguments are passed to the ASan `meson test` run (e.g. --suite conformance).
 #   RDS_TEST_ASAN=0 / RDS_TEST_TSAN=0 skip one of them.
 #
@@ -39,10 +40,22 @@ if [ "${RDS_TEST_ASAN:-1}" != 0 ]; then
 fi
 
 if [ "${RDS_TEST_TSAN:-1}" != 0 ]; then
+  # The engine's concurrency (its thread against application threads: socket state, queues,
+  # waiters, the fd table, the request queue) is exercised by the conformance suite, which runs
+  # the instrumented preload library under multi-threaded gtest programs; the unit tests cover
+  # the codecs. Only those targets are built (the integration helpers are not needed here).
   [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread >/dev/null
-  ninja -C build-tsan tests/unit/unit_tests
+  mapfile -t tsan_targets < <(meson introspect build-tsan --targets |
+    python3 -c 'import json, os, sys
+for t in json.load(sys.stdin):
+    d = t["defined_in"]
+    if t["name"] == "rds_preload" or "/tests/conformance/" in d or "/tests/unit/" in d:
+        print(os.path.relpath(t["filename"][0], "build-tsan"))')
+  ninja -C build-tsan "${tsan_targets[@]}"
   rm -f build-tsan/sanitizer-report.*
-  meson test -C build-tsan --no-rebuild --print-errorlogs --suite unit || status=1
+  meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes 2 unit \
+    $(printf 'conformance/%s ' socket bind connect sendmsg recvmsg poll sockopt getsockname \
+      misc congestion readiness uek) sanitizer-reports || status=1
 fi
 
 exit $status

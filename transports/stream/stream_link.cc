@@ -62,7 +62,18 @@ void StreamLink::Send(MessagePtr m) {
   wire::Encode(m->header, o.header);
   o.m = std::move(m);
   out_.push_back(std::move(o));
-  if (!connecting_ && !want_write_) Flush();
+  if (!connecting_ && !want_write_) ScheduleFlush();
+}
+
+void StreamLink::ScheduleFlush() {
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  // A strong reference: a link dropped by its owner right after a last Send()
+  // (a reply followed by CloseAfterFlush) still writes what it was given.
+  loop_.Defer([self = shared_from_this()] {
+    self->flush_scheduled_ = false;
+    if (!self->connecting_ && !self->want_write_) self->Flush();
+  });
 }
 
 void StreamLink::Close() {

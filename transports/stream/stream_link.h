@@ -3,7 +3,9 @@
 // The framing of Linux rds_tcp (one 48-byte header then h_len payload bytes
 // per message) over any stream fd: TCP to other hosts, AF_UNIX to engines on
 // the same host. Writes batch many messages per writev; reads take large
-// chunks and read big payloads straight into the message buffer. Invalid
+// chunks and read big payloads straight into the message buffer. Send()
+// only queues: the write happens when the engine has handled everything ready
+// in this round (EventLoop::Defer), so a burst of sends costs one writev. Invalid
 // framing from the peer closes the link (counted as shim_conn_drop_bad_input).
 //
 // Thread-safety: engine thread only.
@@ -46,6 +48,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void OnEvents(uint32_t events);
   void OnReadable();
   void Flush();
+  void ScheduleFlush();
   void Fail(const absl::Status& why);
   void UpdateInterest();
 
@@ -62,6 +65,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool closed_ = false;
   bool close_after_flush_ = false;
   bool want_write_ = false;
+  bool flush_scheduled_ = false;
   std::string description_;
   Callbacks cb_;
   std::deque<Out> out_;
