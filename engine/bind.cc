@@ -8,7 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/random/random.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
@@ -30,7 +30,7 @@ struct BindKey {
 };
 
 struct Table {
-  absl::Mutex mu;
+  rds::Mutex mu;
   absl::flat_hash_map<BindKey, std::weak_ptr<RdsSocket>> sockets ABSL_GUARDED_BY(mu);
 };
 
@@ -64,7 +64,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
 
   int transport;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (rs.released) return RdsError(EBADF);
     if (rs.bound) return RdsError(EINVAL);
     if (rs.connected && want.addr.IsLinkLocal() && rs.connected->addr.scope_id != 0 &&
@@ -89,7 +89,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
   // From here a failure also detaches a transport set by SO_RDS_TRANSPORT
   // (rds_bind clears rs_transport when rds_add_bound fails).
   auto detach = [&rs](absl::Status s) {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (!rs.bound) rs.transport = kTransNone;
     return s;
   };
@@ -101,7 +101,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
     log::Warn("cannot serve network namespace: %s", s.ToString());
   }
 
-  absl::MutexLock table_lock(&table().mu);
+  rds::MutexLock table_lock(&table().mu);
   uint16_t port = want.port;
   absl::Status taken;
   if (port != 0) {
@@ -127,7 +127,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
   }
   if (!taken.ok()) return detach(taken);
 
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   if (rs.released || rs.bound) {
     rs.ns->ports().Unlock(want.addr, port);
     return RdsError(rs.released ? EBADF : EINVAL);
@@ -144,11 +144,11 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
 void Unbind(RdsSocket& rs) {
   std::optional<RdsEndpoint> bound;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     bound = rs.bound;
   }
   if (!bound) return;
-  absl::MutexLock table_lock(&table().mu);
+  rds::MutexLock table_lock(&table().mu);
   table().sockets.erase(BindKey{rs.ns->key(), *bound});
   rs.ns->ports().BumpPortGeneration(bound->addr, bound->port);
   rs.ns->ports().Unlock(bound->addr, bound->port);
@@ -156,7 +156,7 @@ void Unbind(RdsSocket& rs) {
 }
 
 std::shared_ptr<RdsSocket> FindBound(NetNsKey ns, const RdsEndpoint& local) {
-  absl::ReaderMutexLock lock(&table().mu);
+  rds::ReaderMutexLock lock(&table().mu);
   auto it = table().sockets.find(BindKey{ns, local});
   if (it == table().sockets.end()) return nullptr;
   return it->second.lock();

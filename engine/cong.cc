@@ -37,7 +37,7 @@ CongestionTable::AddrMaps& CongestionTable::FindOrCreate(const Key& k) {
 }
 
 bool CongestionTable::IsCongested(NetNsKey ns, const RdsAddr& addr, uint16_t port) {
-  absl::ReaderMutexLock lock(&mu_);
+  rds::ReaderMutexLock lock(&mu_);
   AddrMaps* m = Find({ns, addr});
   if (m == nullptr) return false;
   return (m->effective[port >> 3].load(std::memory_order_acquire) >> (port & 7)) & 1;
@@ -45,7 +45,7 @@ bool CongestionTable::IsCongested(NetNsKey ns, const RdsAddr& addr, uint16_t por
 
 bool CongestionTable::SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, bool congested) {
   {
-    absl::MutexLock lock(&mu_);
+    rds::MutexLock lock(&mu_);
     AddrMaps& m = FindOrCreate({ns, addr});
     if (TestBit(m.local, port) == congested) return false;
     uint8_t bit = static_cast<uint8_t>(1u << (port & 7));
@@ -62,7 +62,7 @@ bool CongestionTable::SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, 
 }
 
 CongBits CongestionTable::LocalMap(NetNsKey ns, const RdsAddr& addr) {
-  absl::ReaderMutexLock lock(&mu_);
+  rds::ReaderMutexLock lock(&mu_);
   AddrMaps* m = Find({ns, addr});
   return m ? m->local : CongBits{};
 }
@@ -70,7 +70,7 @@ CongBits CongestionTable::LocalMap(NetNsKey ns, const RdsAddr& addr) {
 void CongestionTable::SetPeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer,
                                  const uint8_t* bits) {
   {
-    absl::MutexLock lock(&mu_);
+    rds::MutexLock lock(&mu_);
     AddrMaps& m = FindOrCreate({ns, addr});
     if (bits == nullptr) {
       if (m.peers.erase(peer) == 0) return;
@@ -86,14 +86,14 @@ void CongestionTable::Updated() {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   std::vector<Waiter*> wake;
   {
-    absl::MutexLock lock(&mu_);
+    rds::MutexLock lock(&mu_);
     wake = waiters_;
   }
   for (Waiter* w : wake) w->Wake();
   // RDS_CONG_MONITOR: every monitoring socket's mask becomes its pending
   // notification (the kernel passes an all-ones port mask).
   for (const std::shared_ptr<RdsSocket>& rs : AllLiveSockets()) {
-    absl::MutexLock lock(&rs->mu);
+    rds::MutexLock lock(&rs->mu);
     if (rs->cong_monitor && rs->cong_mask != 0) {
       rs->cong_notify |= rs->cong_mask;
       rs->cong_mask = 0;
@@ -103,12 +103,12 @@ void CongestionTable::Updated() {
 }
 
 void CongestionTable::AddWaiter(Waiter* w) {
-  absl::MutexLock lock(&mu_);
+  rds::MutexLock lock(&mu_);
   waiters_.push_back(w);
 }
 
 void CongestionTable::RemoveWaiter(Waiter* w) {
-  absl::MutexLock lock(&mu_);
+  rds::MutexLock lock(&mu_);
   auto it = std::find(waiters_.begin(), waiters_.end(), w);
   if (it != waiters_.end()) waiters_.erase(it);
 }
@@ -117,7 +117,7 @@ void UpdateReceiveCongestion(RdsSocket& rs) {
   std::optional<RdsEndpoint> port;
   bool congested = false;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     // Sockets on the loopback transport never mark congestion (§B.2).
     if (!rs.bound || rs.transport == kTransLoop) return;
     size_t rcvbuf = static_cast<size_t>(rs.RdsRcvbuf());

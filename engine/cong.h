@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "engine/addr.h"
 #include "engine/registry.h"
 #include "engine/wire.h"
@@ -78,7 +78,7 @@ class CongestionTable {
   AddrMaps* Find(const Key& k) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   AddrMaps& FindOrCreate(const Key& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
+  rds::Mutex mu_;
   absl::flat_hash_map<Key, std::unique_ptr<AddrMaps>> maps_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> generation_{0};

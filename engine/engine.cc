@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
+#include "engine/sync.h"
 #include "absl/time/clock.h"
 #include "conf/settings.h"
 #include "engine/bind.h"
@@ -33,7 +33,7 @@
 namespace rds {
 namespace {
 
-absl::Mutex engine_mu(absl::kConstInit);
+rds::Mutex engine_mu(absl::kConstInit);
 std::atomic<Engine*> engine_ptr{nullptr};
 
 uint32_t RandomGen() {
@@ -66,12 +66,12 @@ bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEn
 
 }  // namespace
 
-absl::Mutex& EngineStartMutex() { return engine_mu; }
+rds::Mutex& EngineStartMutex() { return engine_mu; }
 
 Engine& Engine::Get() {
   Engine* e = engine_ptr.load(std::memory_order_acquire);
   if (e != nullptr) return *e;
-  absl::MutexLock lock(&engine_mu);
+  rds::MutexLock lock(&engine_mu);
   e = engine_ptr.load(std::memory_order_relaxed);
   if (e == nullptr) {
     e = new Engine();
@@ -107,7 +107,7 @@ void Engine::Start() {
 // Serving: listeners.
 
 absl::Status Engine::Serve(const std::shared_ptr<NetNs>& ns) {
-  absl::MutexLock lock(&serve_mu_);
+  rds::MutexLock lock(&serve_mu_);
   if (unix_listener_ < 0) {
     HostRegistry& reg = HostRegistry::Get();
     if (absl::Status s = HostRegistry::EnsureDir(reg.rundir()); !s.ok()) return s;
@@ -136,7 +136,7 @@ absl::Status Engine::Serve(const std::shared_ptr<NetNs>& ns) {
 }
 
 std::shared_ptr<NetNs> Engine::ServedNetNs(const NetNsKey& key) {
-  absl::MutexLock lock(&serve_mu_);
+  rds::MutexLock lock(&serve_mu_);
   auto it = served_.find(key);
   return it == served_.end() ? nullptr : it->second;
 }
@@ -735,7 +735,7 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   }
   bool overloaded;
   {
-    absl::MutexLock lock(&rs->mu);
+    rds::MutexLock lock(&rs->mu);
     overloaded = rs->OverHardLimitLocked();
   }
   if (overloaded) {
@@ -924,7 +924,7 @@ void Engine::ResolvePending(Connection& c) {
 void Engine::OnUnixAccept() {
   int listener;
   {
-    absl::MutexLock lock(&serve_mu_);
+    rds::MutexLock lock(&serve_mu_);
     listener = unix_listener_;
   }
   for (;;) {
@@ -1191,7 +1191,7 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
   };
   if (OnEngineThread()) return collect();
   std::vector<PathInfo> result;
-  absl::Notification done;
+  rds::Notification done;
   loop_.Post([&] {
     result = collect();
     done.Notify();
@@ -1218,7 +1218,7 @@ void Engine::DrainAtExit(absl::Duration limit) {
   absl::Time deadline = absl::Now() + limit;
   for (;;) {
     auto pending = std::make_shared<std::atomic<size_t>>(~size_t{0});
-    auto done = std::make_shared<absl::Notification>();
+    auto done = std::make_shared<rds::Notification>();
     e->loop_.Post([e, pending, done] {
       pending->store(e->PendingMessages());
       done->Notify();
@@ -1233,7 +1233,7 @@ void Engine::DrainAtExit(absl::Duration limit) {
 // Cancellation.
 
 void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest) {
-  absl::Notification done;
+  rds::Notification done;
   loop_.Post([this, rs, dest, &done] {
     auto cancel = [&](std::deque<MessagePtr>& q) {
       for (MessagePtr& m : q) {

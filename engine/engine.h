@@ -24,7 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "engine/addr.h"
 #include "engine/connection.h"
 #include "engine/control.h"
@@ -158,7 +158,7 @@ class Engine {
   std::thread thread_;
   std::atomic<pid_t> loop_tid_{0};
 
-  absl::Mutex serve_mu_;
+  rds::Mutex serve_mu_;
   int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;
   absl::flat_hash_map<NetNsKey, std::shared_ptr<NetNs>> served_ ABSL_GUARDED_BY(serve_mu_);
   absl::flat_hash_set<NetNsKey> tcp_listening_ ABSL_GUARDED_BY(serve_mu_);

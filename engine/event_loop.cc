@@ -62,7 +62,7 @@ void EventLoop::Cancel(TimerId id) { timers_.erase(id); }
 void EventLoop::Post(Task task) {
   bool was_empty;
   {
-    absl::MutexLock lock(&task_mu_);
+    rds::MutexLock lock(&task_mu_);
     was_empty = tasks_.empty();
     tasks_.push_back(std::move(task));
   }
@@ -84,7 +84,7 @@ void EventLoop::RunDeferred() {
 void EventLoop::DrainTasks() {
   std::deque<Task> batch;
   {
-    absl::MutexLock lock(&task_mu_);
+    rds::MutexLock lock(&task_mu_);
     batch.swap(tasks_);
   }
   for (Task& t : batch) t();
@@ -123,7 +123,7 @@ void EventLoop::Run() {
     {
       // Re-check after announcing sleep: a Post() that saw sleeping_==false
       // did not write the eventfd, so its task must be picked up now.
-      absl::MutexLock lock(&task_mu_);
+      rds::MutexLock lock(&task_mu_);
       if (!tasks_.empty()) timeout = 0;
     }
     int n = sys::EpollWait(epfd_, events, kMaxEvents, timeout);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "absl/time/time.h"
 
 namespace rds {
@@ -71,7 +71,7 @@ class EventLoop {
   std::vector<Task> deferred_;
   std::atomic<bool> stop_{false};
 
-  absl::Mutex task_mu_;
+  rds::Mutex task_mu_;
   std::deque<Task> tasks_ ABSL_GUARDED_BY(task_mu_);
   // True while the loop thread may be blocked in epoll_wait: Post() writes
   // the eventfd only then.

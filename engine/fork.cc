@@ -16,8 +16,8 @@ namespace rds {
 
 namespace {
 
-absl::Mutex* const* ForkLocks() {
-  static absl::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
+rds::Mutex* const* ForkLocks() {
+  static rds::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
                                  nullptr};
   return locks;
 }
@@ -25,11 +25,11 @@ absl::Mutex* const* ForkLocks() {
 }  // namespace
 
 void PrepareEngineForFork() {
-  for (absl::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Lock();
+  for (rds::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Lock();
 }
 
 void ParentAfterFork() {
-  for (absl::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Unlock();
+  for (rds::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Unlock();
 }
 
 void ResetEngineAfterFork() {

@@ -11,7 +11,7 @@
 #ifndef RDS_ENGINE_FORK_H_
 #define RDS_ENGINE_FORK_H_
 
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 
 namespace rds {
 
@@ -23,9 +23,9 @@ void ParentAfterFork();
 void ResetEngineAfterFork();
 
 // The process-wide locks a fork child reuses (defined by their modules).
-absl::Mutex& EngineStartMutex();
-absl::Mutex& NetNsTableMutex();
-absl::Mutex& HostRegistryMutex();
+rds::Mutex& EngineStartMutex();
+rds::Mutex& NetNsTableMutex();
+rds::Mutex& HostRegistryMutex();
 
 }  // namespace rds
 

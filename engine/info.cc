@@ -60,7 +60,7 @@ InfoItems Counters() {
 InfoItems Sockets(const std::shared_ptr<NetNs>& ns, bool v6) {
   InfoItems items{v6 ? sizeof(rds6_info_socket) : sizeof(rds_info_socket), {}};
   for (const std::shared_ptr<RdsSocket>& s : LiveSockets(ns->key())) {
-    absl::MutexLock lock(&s->mu);
+    rds::MutexLock lock(&s->mu);
     if (v6) {
       rds6_info_socket info = {};
       info.sndbuf = s->RdsSndbuf();
@@ -168,7 +168,7 @@ InfoItems SendOrRetrans(const std::vector<PathInfo>& paths, bool retrans, bool v
 InfoItems RecvQueues(const std::shared_ptr<NetNs>& ns, bool v6) {
   InfoItems items{v6 ? sizeof(rds6_info_message) : sizeof(rds_info_message), {}};
   for (const std::shared_ptr<RdsSocket>& s : LiveSockets(ns->key())) {
-    absl::MutexLock lock(&s->mu);
+    rds::MutexLock lock(&s->mu);
     if (!s->bound || (!v6 && !s->bound->addr.IsV4Mapped())) continue;
     for (const MessagePtr& m : s->recv_queue) {
       MessageInfo mi;
@@ -435,7 +435,7 @@ std::string EngineDumpJson() {
   j.Key("sockets");
   j.Open('[');
   for (const std::shared_ptr<RdsSocket>& s : AllLiveSockets()) {
-    absl::MutexLock lock(&s->mu);
+    rds::MutexLock lock(&s->mu);
     j.Open('{');
     j.Field("id", absl::StrFormat("%016x", s->id));
     j.Field("netns", NsName(s->ns->key()));

@@ -11,7 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "conf/settings.h"
 #include "engine/fork.h"
 #include "engine/log.h"
@@ -20,7 +20,7 @@
 namespace rds {
 namespace {
 
-absl::Mutex table_mu(absl::kConstInit);
+rds::Mutex table_mu(absl::kConstInit);
 absl::flat_hash_map<NetNsKey, std::shared_ptr<NetNs>>* table ABSL_GUARDED_BY(table_mu) = nullptr;
 
 absl::StatusOr<NetNsKey> KeyOf(int ns_fd) {
@@ -39,7 +39,7 @@ absl::StatusOr<NetNsKey> CurrentKey() {
 
 }  // namespace
 
-absl::Mutex& NetNsTableMutex() { return table_mu; }
+rds::Mutex& NetNsTableMutex() { return table_mu; }
 
 NetNs::NetNs(NetNsKey key, int ns_fd, std::unique_ptr<PortRegistry> ports)
     : key_(key), ns_fd_(ns_fd), ports_(std::move(ports)) {}
@@ -52,7 +52,7 @@ absl::StatusOr<std::shared_ptr<NetNs>> NetNs::Intern(int ns_fd) {
     sys::Close(ns_fd);
     return key.status();
   }
-  absl::MutexLock lock(&table_mu);
+  rds::MutexLock lock(&table_mu);
   if (table == nullptr) table = new absl::flat_hash_map<NetNsKey, std::shared_ptr<NetNs>>();
   auto it = table->find(*key);
   if (it != table->end()) {
@@ -74,7 +74,7 @@ absl::StatusOr<std::shared_ptr<NetNs>> NetNs::OfCurrentThread() {
   absl::StatusOr<NetNsKey> key = CurrentKey();
   if (!key.ok()) return key.status();
   {
-    absl::MutexLock lock(&table_mu);
+    rds::MutexLock lock(&table_mu);
     if (table != nullptr) {
       auto it = table->find(*key);
       if (it != table->end()) return it->second;
@@ -122,12 +122,12 @@ absl::Status NetNs::RunIn(const std::function<absl::Status()>& fn) {
 
 bool NetNs::IsLocalAddressCached(const RdsAddr& addr) {
   {
-    absl::ReaderMutexLock lock(&local_mu_);
+    rds::ReaderMutexLock lock(&local_mu_);
     auto it = local_cache_.find(addr);
     if (it != local_cache_.end()) return it->second;
   }
   bool local = IsLocalAddress(addr);
-  absl::MutexLock lock(&local_mu_);
+  rds::MutexLock lock(&local_mu_);
   local_cache_[addr] = local;
   return local;
 }

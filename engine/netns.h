@@ -16,7 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "absl/status/statusor.h"
 #include "engine/addr.h"
 #include "engine/registry.h"
@@ -52,7 +52,7 @@ class NetNs {
 
   NetNsKey key_;
   int ns_fd_;
-  absl::Mutex local_mu_;
+  rds::Mutex local_mu_;
   absl::flat_hash_map<RdsAddr, bool> local_cache_ ABSL_GUARDED_BY(local_mu_);
   std::unique_ptr<PortRegistry> ports_;
 };

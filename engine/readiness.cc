@@ -11,7 +11,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "engine/netns.h"
 #include "engine/sys.h"
 

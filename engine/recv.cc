@@ -101,7 +101,7 @@ void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
 
 void Deliver(RdsSocket& rs, MessagePtr m) {
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (rs.released) {
       stats::Inc(stats::kRecvDropDeadSock);
       return;
@@ -145,7 +145,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     RdsSocket::Timestamp ts_kind;
     std::optional<RdsEndpoint> bound;
     {
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       if (waiter) {
         rs.RemoveWaiterLocked(waiter);
         waiter = nullptr;
@@ -203,7 +203,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     if (waiter) {
       absl::Status slept = waiter->Sleep(deadline);
       if (!slept.ok()) {
-        absl::MutexLock lock(&rs.mu);
+        rds::MutexLock lock(&rs.mu);
         rs.RemoveWaiterLocked(waiter);
         if (rs.released) return RdsError(EBADF);
         if (rs.recv_queue.empty()) return slept;
@@ -254,7 +254,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     }
     bool dequeued = false;
     if (!(flags & MSG_PEEK)) {
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       if (!rs.recv_queue.empty() && rs.recv_queue.front() == m) {
         rs.recv_queue.pop_front();
         rs.rcv_bytes -= len;

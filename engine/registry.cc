@@ -87,7 +87,7 @@ absl::Status HostRegistry::EnsureDir(const std::string& path) {
   return absl::InternalError(absl::StrFormat("cannot create %s: %s", path, strerror(errno)));
 }
 
-absl::Mutex& HostRegistryMutex() { return HostRegistry::Get().mu_; }
+rds::Mutex& HostRegistryMutex() { return HostRegistry::Get().mu_; }
 
 HostRegistry& HostRegistry::Get() {
   static HostRegistry* r = new HostRegistry(conf::Get().rundir);
@@ -119,7 +119,7 @@ std::vector<std::string> HostRegistry::OtherEngineSockets() const {
 }
 
 int HostRegistry::SocketsFd() {
-  absl::MutexLock lock(&mu_);
+  rds::MutexLock lock(&mu_);
   if (sockets_fd_ < 0) {
     if (EnsureDir(rundir_).ok()) sockets_fd_ = OpenShared(rundir_ + "/sockets.lock");
   }
@@ -186,7 +186,7 @@ PortRegistry::~PortRegistry() {
 }
 
 absl::StatusOr<PortRegistry::AddrFile> PortRegistry::File(const RdsAddr& addr) {
-  absl::MutexLock lock(&mu_);
+  rds::MutexLock lock(&mu_);
   auto it = files_.find(addr);
   if (it != files_.end()) return it->second;
   AddrFile f;

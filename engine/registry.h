@@ -26,7 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "engine/addr.h"
 
 namespace rds {
@@ -65,11 +65,11 @@ class HostRegistry {
   static absl::Status EnsureDir(const std::string& path);
 
  private:
-  friend absl::Mutex& HostRegistryMutex();
+  friend rds::Mutex& HostRegistryMutex();
   explicit HostRegistry(std::string rundir);
   std::string rundir_;
   int sockets_fd_ = -1;  // sockets.lock; opened on first use
-  absl::Mutex mu_;
+  rds::Mutex mu_;
   int SocketsFd();
 };
 
@@ -110,7 +110,7 @@ class PortRegistry {
   std::string dir_;
   int gen_fd_;
   std::atomic<uint64_t>* gen_;  // mmap'd, shared with every process in the netns
-  absl::Mutex mu_;
+  rds::Mutex mu_;
   absl::flat_hash_map<RdsAddr, AddrFile> files_ ABSL_GUARDED_BY(mu_);
 };
 

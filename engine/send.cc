@@ -195,7 +195,7 @@ absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flag
   if (!cong.IsCongested(ns, dest.addr, dest.port)) return absl::OkStatus();
   bool nonblocking;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     nonblocking = rs.nonblocking || (flags & MSG_DONTWAIT);
     if (nonblocking && rs.cong_monitor) rs.cong_mask |= uint64_t{1} << (dest.port % 64);
   }
@@ -203,7 +203,7 @@ absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flag
     // Test again: an update may have arrived meanwhile.
     if (!cong.IsCongested(ns, dest.addr, dest.port)) return absl::OkStatus();
     stats::Inc(stats::kCongSendError);
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     rs.seen_congestion = true;
     return RdsError(ENOBUFS);
   }
@@ -218,7 +218,7 @@ absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flag
     absl::Status slept = waiter.Sleep(std::nullopt);
     cong.RemoveWaiter(&waiter);
     if (!slept.ok()) {
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.seen_congestion = true;
       return slept;
     }
@@ -260,7 +260,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   bool zcopy;
   int transport;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (rs.released) return RdsError(EBADF);
     if (!named && rs.connected) {
       dest = *rs.connected;
@@ -326,7 +326,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   std::optional<absl::Time> deadline;
   if (sndtimeo != absl::InfiniteDuration()) deadline = absl::Now() + sndtimeo;
   for (;;) {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (waiter) rs.RemoveWaiterLocked(waiter);
     if (rs.released) return RdsError(EBADF);
     if (rs.snd_bytes < static_cast<size_t>(rs.RdsSndbuf())) {
@@ -362,7 +362,7 @@ void ReleaseSendSpace(Message& m) {
   if (!m.sender) return;
   RdsSocket& rs = *m.sender;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     size_t n = m.payload.size();
     rs.snd_bytes = rs.snd_bytes >= n ? rs.snd_bytes - n : 0;
     if (m.zcopy_cookie && !rs.released) {

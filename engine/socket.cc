@@ -28,7 +28,7 @@ namespace rds {
 namespace {
 
 struct SocketList {
-  absl::Mutex mu;
+  rds::Mutex mu;
   std::vector<std::weak_ptr<RdsSocket>> sockets ABSL_GUARDED_BY(mu);
 };
 SocketList* socket_list = new SocketList();
@@ -45,13 +45,13 @@ std::vector<std::shared_ptr<RdsSocket>> LiveSockets(NetNsKey ns) {
 
 std::vector<std::shared_ptr<RdsSocket>> AllLiveSockets() {
   std::vector<std::shared_ptr<RdsSocket>> out;
-  absl::MutexLock lock(&socket_list->mu);
+  rds::MutexLock lock(&socket_list->mu);
   auto& v = socket_list->sockets;
   for (size_t i = 0; i < v.size();) {
     std::shared_ptr<RdsSocket> s = v[i].lock();
     bool live = false;
     if (s) {
-      absl::MutexLock slock(&s->mu);
+      rds::MutexLock slock(&s->mu);
       live = !s->released;
     }
     if (!live) {
@@ -117,13 +117,13 @@ absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared
   struct stat st;
   if (fstat(fd, &st) == 0) rs->inode = st.st_ino;
   {
-    absl::MutexLock lock(&rs->mu);
+    rds::MutexLock lock(&rs->mu);
     rs->sk_sndbuf = have[0];
     rs->sk_rcvbuf = have[1];
   }
   stats::Inc(stats::kShimSocketsCreated);
   {
-    absl::MutexLock list_lock(&socket_list->mu);
+    rds::MutexLock list_lock(&socket_list->mu);
     socket_list->sockets.push_back(rs);
   }
   return rs;
@@ -155,7 +155,7 @@ absl::Status Connect(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
         std::memcpy(&v4.s_addr, &a.s6_addr[12], 4);
         if (IsV4AnyBroadcastOrMulticast(v4)) return RdsError(EPROTOTYPE);
       }
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       if (IsV6LinkLocal(a)) {
         if (sin6->sin6_scope_id == 0) return RdsError(EINVAL);
         if (rs.bound && rs.bound->addr.scope_id != 0 &&
@@ -169,13 +169,13 @@ absl::Status Connect(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
     default:
       return RdsError(EAFNOSUPPORT);
   }
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   rs.connected = dest;
   return absl::OkStatus();
 }
 
 absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* out) {
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   std::memset(out, 0, sizeof(*out));
   if (peer) {
     if (!rs.connected) return RdsError(ENOTCONN);
@@ -194,7 +194,7 @@ absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* ou
 
 short PollMask(RdsSocket& rs) {
   uint64_t gen = CongestionTable::Get().generation();
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   short mask = 0;
   // With RDS_CONG_MONITOR off, any map update since this socket's last poll
   // is reported as POLLIN|POLLWRBAND, once ("historical reasons", rds_poll).
@@ -209,7 +209,7 @@ short PollMask(RdsSocket& rs) {
 }
 
 bool SeenCongestion(RdsSocket& rs) {
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   return rs.seen_congestion;
 }
 
@@ -218,7 +218,7 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
     case SIOCRDSSETTOS: {
       uint8_t tos;
       if (absl::Status s = usercopy::FromUser(&tos, arg, 1); !s.ok()) return s;
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       // Only the TCP transport has a TOS map (every TOS maps to 0); unbound
       // and loopback sockets fall through to the generic layer: ENOTTY.
       if (rs.transport != kTransTcp) return RdsError(ENOTTY);
@@ -229,7 +229,7 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
     case SIOCRDSGETTOS: {
       uint8_t tos;
       {
-        absl::MutexLock lock(&rs.mu);
+        rds::MutexLock lock(&rs.mu);
         tos = rs.tos;
       }
       if (absl::Status s = usercopy::ToUser(arg, &tos, 1); !s.ok()) return s;
@@ -239,7 +239,7 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
       int on;
       if (absl::Status s = usercopy::FromUser(&on, arg, sizeof(on)); !s.ok()) return s;
       if (sys::Ioctl(fd, FIONBIO, &on) != 0) return RdsError(errno);
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.nonblocking = on != 0;
       return 0;
     }
@@ -261,7 +261,7 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
 void Release(RdsSocket& rs) {
   bool has_sent;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (rs.released) return;
     has_sent = rs.has_sent;
     rs.released = true;
@@ -290,11 +290,11 @@ void Release(RdsSocket& rs) {
 void WatchWithEpoll(RdsSocket& rs, int fd) {
   int sender = -1;
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (rs.epoll_watched || rs.released) return;
   }
   sender = CreateTokenSender(*rs.ns);  // outside the lock: may enter a namespace
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   if (rs.epoll_watched || rs.released) {
     if (sender >= 0) sys::CloseInternal(sender);
     return;

@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "absl/time/time.h"
 #include "engine/addr.h"
 #include "engine/message.h"
@@ -52,7 +52,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   // when the last one is closed (maintained by the preload fd table).
   std::atomic<int> fd_refs{0};
 
-  mutable absl::Mutex mu;
+  mutable rds::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;
   bool nonblocking ABSL_GUARDED_BY(mu);
   std::optional<RdsEndpoint> bound ABSL_GUARDED_BY(mu);

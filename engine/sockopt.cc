@@ -37,7 +37,7 @@ void MirrorFromBacking(RdsSocket& rs, int fd, int name) {
       sys::Getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len);
       len = sizeof(int);
       sys::Getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len);
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.sk_sndbuf = snd;
       rs.sk_rcvbuf = rcv;
       rs.WakeWaitersLocked();  // a larger send buffer may admit a blocked sender
@@ -51,7 +51,7 @@ void MirrorFromBacking(RdsSocket& rs, int fd, int name) {
       timeval tv = {};
       socklen_t len = sizeof(tv);
       sys::Getsockopt(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv, &len);
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       (rcv ? rs.rcvtimeo : rs.sndtimeo) = TimevalToDuration(tv);
       break;
     }
@@ -60,7 +60,7 @@ void MirrorFromBacking(RdsSocket& rs, int fd, int name) {
       int on = 0;
       socklen_t len = sizeof(on);
       sys::Getsockopt(fd, SOL_SOCKET, name, &on, &len);
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       if (on) {
         rs.timestamp = name == SO_TIMESTAMP_NEW ? RdsSocket::Timestamp::kNew
                                                 : RdsSocket::Timestamp::kOld;
@@ -87,7 +87,7 @@ absl::Status SetGeneric(RdsSocket& rs, int fd, int name, const void* optval, soc
       int v;
       if (absl::Status s = usercopy::FromUser(&v, optval, sizeof(v)); !s.ok()) return s;
       if (v != 0 && v != 1) return RdsError(EINVAL);
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.zerocopy = v;
       return absl::OkStatus();
     }
@@ -108,7 +108,7 @@ absl::StatusOr<int> GetGeneric(RdsSocket& rs, int fd, int name, void* optval, so
     case SO_TYPE: value = SOCK_SEQPACKET; break;
     case SO_PROTOCOL: value = 0; break;
     case SO_ZEROCOPY: {
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       value = rs.zerocopy;
       break;
     }
@@ -137,7 +137,7 @@ absl::Status SetBool(const void* optval, socklen_t optlen, bool* out) {
 
 absl::Status CancelSentTo(RdsSocket& rs, const void* optval, socklen_t optlen) {
   {
-    absl::MutexLock lock(&rs.mu);
+    rds::MutexLock lock(&rs.mu);
     if (!rs.bound) return RdsError(ENOTCONN);
   }
   if (optlen < sizeof(sockaddr_in)) return RdsError(EINVAL);
@@ -163,7 +163,7 @@ bool InInitialNetNs(const RdsSocket& rs) {
 }
 
 absl::Status SetTransport(RdsSocket& rs, const void* optval, socklen_t optlen) {
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   if (rs.transport != kTransNone) return RdsError(EOPNOTSUPP);
   if (optlen != sizeof(int)) return RdsError(EINVAL);
   int t;
@@ -223,7 +223,7 @@ absl::Status SetRxPathLatency(RdsSocket& rs, const void* optval, socklen_t optle
   if (optlen != sizeof(trace)) return RdsError(EFAULT);
   if (absl::Status s = usercopy::FromUser(&trace, optval, sizeof(trace)); !s.ok()) return s;
   if (trace.rx_traces > RDS_MSG_RX_DGRAM_TRACE_MAX) return RdsError(EFAULT);
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   rs.rx_trace_count = trace.rx_traces;
   for (int i = 0; i < trace.rx_traces; ++i) {
     if (trace.rx_trace_pos[i] >= RDS_MSG_RX_DGRAM_TRACE_MAX) {
@@ -245,7 +245,7 @@ absl::Status MemoryRegistration(RdsSocket& rs, int name, const void* optval, soc
   std::vector<uint8_t> args(want);
   if (absl::Status s = usercopy::FromUser(args.data(), optval, want); !s.ok()) return s;
   if (name == RDS_FREE_MR) return RdsError(EINVAL);  // no flush_mrs, no such key
-  absl::MutexLock lock(&rs.mu);
+  rds::MutexLock lock(&rs.mu);
   if (!rs.bound || rs.transport == kTransNone) return RdsError(ENOTCONN);
   return RdsError(EOPNOTSUPP);
 }
@@ -266,14 +266,14 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
     case RDS_RECVERR: {
       bool v;
       if (absl::Status s = SetBool(optval, optlen, &v); !s.ok()) return s;
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.recverr = v;
       return absl::OkStatus();
     }
     case RDS_CONG_MONITOR: {
       bool v;
       if (absl::Status s = SetBool(optval, optlen, &v); !s.ok()) return s;
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.cong_monitor = v;
       if (!v) {
         rs.cong_mask = 0;
@@ -291,7 +291,7 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
     case kUekSoRdsInq: {
       bool v;
       if (absl::Status s = SetBool(optval, optlen, &v); !s.ok()) return s;
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       rs.inq = v;
       return absl::OkStatus();
     }
@@ -316,12 +316,12 @@ absl::StatusOr<int> GetSockOpt(RdsSocket& rs, int fd, int level, int name, void*
   int value;
   switch (name) {
     case RDS_RECVERR: {
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       value = rs.recverr;
       break;
     }
     case SO_RDS_TRANSPORT: {
-      absl::MutexLock lock(&rs.mu);
+      rds::MutexLock lock(&rs.mu);
       value = rs.transport;
       break;
     }

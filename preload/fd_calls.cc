@@ -130,7 +130,7 @@ static int FcntlImpl(int fd, int cmd, long arg) {
   if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
     Duplicate(e, r);
   } else if (cmd == F_SETFL && e->state == FdEntry::State::kOwned) {
-    absl::MutexLock lock(&e->socket->mu);
+    rds::MutexLock lock(&e->socket->mu);
     e->socket->nonblocking = (arg & O_NONBLOCK) != 0;
   }
   return r;

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "absl/synchronization/mutex.h"
+#include "engine/sync.h"
 #include "engine/log.h"
 #include "engine/netns.h"
 #include "engine/readiness.h"
@@ -31,7 +31,7 @@ struct Chunk {
 
 std::atomic<Chunk*> chunks[kChunks];
 std::atomic<bool> any_rds{false};
-absl::Mutex write_mu(absl::kConstInit);
+rds::Mutex write_mu(absl::kConstInit);
 
 Slot* SlotFor(int fd, bool create) {
   if (fd < 0 || fd >= kChunks * kChunkSize) return nullptr;
@@ -46,7 +46,7 @@ Slot* SlotFor(int fd, bool create) {
 }
 
 void Store(int fd, std::shared_ptr<const FdEntry> e) {
-  absl::MutexLock lock(&write_mu);
+  rds::MutexLock lock(&write_mu);
   Slot* s = SlotFor(fd, true);
   if (s == nullptr) return;
   any_rds.store(true, std::memory_order_release);
@@ -89,7 +89,7 @@ void PublishPending(int fd) {
 }
 
 std::shared_ptr<const FdEntry> Unpublish(int fd) {
-  absl::MutexLock lock(&write_mu);
+  rds::MutexLock lock(&write_mu);
   Slot* s = SlotFor(fd, false);
   if (s == nullptr || !s->present.load()) return nullptr;
   s->present.store(false, std::memory_order_release);

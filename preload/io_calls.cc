@@ -132,7 +132,7 @@ void ReleaseOutgoingRdsFds(const msghdr* umsg) {
       if (!e || e->state != FdEntry::State::kOwned) continue;
       bool unbound;
       {
-        absl::MutexLock lock(&e->socket->mu);
+        rds::MutexLock lock(&e->socket->mu);
         unbound = !e->socket->bound;
       }
       if (!unbound) continue;

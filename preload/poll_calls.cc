@@ -56,7 +56,7 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     bool watch_cong = false;
     for (auto& r : rds_fds) {
       if (r.entry->state == FdEntry::State::kOwned) {
-        absl::MutexLock lock(&r.entry->socket->mu);
+        rds::MutexLock lock(&r.entry->socket->mu);
         r.entry->socket->AddWaiterLocked(&waiter);
         watch_cong |= r.entry->socket->seen_congestion;
       }
@@ -95,7 +95,7 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     if (watch_cong) rds::CongestionTable::Get().RemoveWaiter(&waiter);
     for (auto& rf : rds_fds) {
       if (rf.entry->state == FdEntry::State::kOwned) {
-        absl::MutexLock lock(&rf.entry->socket->mu);
+        rds::MutexLock lock(&rf.entry->socket->mu);
         rf.entry->socket->RemoveWaiterLocked(&waiter);
       }
     }

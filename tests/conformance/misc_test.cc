@@ -448,6 +448,7 @@ TEST(Misc, CloseOfACongestedReceiverClearsItsCongestion) {
 
 // Step 5 / §E.14: close drops every message still on the send queue; there is no linger.
 TEST(Misc, CloseDropsMessagesStillOnTheSendQueue) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   constexpr int kSndbuf = 32768;
@@ -469,6 +470,7 @@ TEST(Misc, CloseDropsMessagesStillOnTheSendQueue) {
 // DESIGN.md §7 (deliberate deviation): closing the last descriptor of a socket wakes a thread
 // blocked in recvmsg on it with EBADF (Linux would leave it blocked).
 TEST(Misc, CloseOfTheLastDescriptorWakesABlockedReaderWithEbadf) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
   Fd r = Bound4();
   ASSERT_TRUE(r.ok());
   ScopedSignalHandler h(SIGUSR1, /*restart=*/false);  // rescue path only

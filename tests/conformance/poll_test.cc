@@ -218,6 +218,7 @@ TEST_F(Poll, PollBlockedOnRdsAndPipeIsWokenByThePipe) {
 // ---- POLLOUT and the send buffer (§A.6, §A.4 step 11) -----------------------------------------
 
 TEST_F(Poll, PolloutIsClearWhileTheSndbufIsFullAndBackAfterCancel) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   BindOpts o;
@@ -234,6 +235,7 @@ TEST_F(Poll, PolloutIsClearWhileTheSndbufIsFullAndBackAfterCancel) {
 }
 
 TEST_F(Poll, SelectDoesNotReportWritableWhileTheSndbufIsFull) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   BindOpts o;

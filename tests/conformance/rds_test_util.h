@@ -543,6 +543,18 @@ class AsyncCall {
   int err_ = 0;
 };
 
+// ThreadSanitizer builds (scripts/test-sanitizers.sh) skip the tests TSan cannot run: it does
+// not support fork() of a multi-threaded process (the child starts its own engine thread), and
+// it delivers asynchronous signals at its own interception points, which changes whether a
+// blocking call is interrupted or restarted.
+#if defined(__SANITIZE_THREAD__)
+#define RDS_SKIP_UNDER_TSAN(why) GTEST_SKIP() << "not under ThreadSanitizer: " why
+#else
+#define RDS_SKIP_UNDER_TSAN(why) \
+  do {                           \
+  } while (0)
+#endif
+
 // Installs a counting handler for `sig` with or without SA_RESTART; restores the old one.
 class ScopedSignalHandler {
  public:

@@ -196,6 +196,7 @@ using SendBufferDrains = Readiness;
 //      admitted (POLLOUT is exact, not a guess);
 //   4. the peer received every message that was accepted.
 TEST_P(SendBufferDrains, SenderWaitingForWritabilityIsWokenWhenTheReceiverDrains) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   BindOpts o;
@@ -256,6 +257,7 @@ INSTANTIATE_TEST_SUITE_P(Mechanisms, SendBufferDrains,
 // fail with EAGAIN/ENOBUFS." The documented behaviour (the kernel would not report EPOLLOUT here,
 // §A.6; poll does not, see above): EPOLLOUT with a full send buffer, and the send is refused.
 TEST(ReadinessEpoll, EpolloutIsReportedEvenWithAFullSendBufferAsDocumented) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   WarmUpLoopback();
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());

@@ -622,6 +622,7 @@ long BlockingRecv(int fd) {
 
 // No timeout + SA_RESTART: the call is restarted and returns the message that arrives later.
 TEST(Recvmsg, RecvmsgWithoutTimeoutIsRestartedAfterSaRestartSignal) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
   ScopedSignalHandler h(SIGUSR1, /*restart=*/true);
@@ -639,6 +640,7 @@ TEST(Recvmsg, RecvmsgWithoutTimeoutIsRestartedAfterSaRestartSignal) {
 
 // No timeout, handler without SA_RESTART: EINTR.
 TEST(Recvmsg, RecvmsgWithoutTimeoutGivesEintrOnSignalWithoutSaRestart) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
   ScopedSignalHandler h(SIGUSR1, /*restart=*/false);
@@ -661,6 +663,7 @@ TEST(Recvmsg, RecvmsgWithoutTimeoutGivesEintrOnSignalWithoutSaRestart) {
 
 // SO_RCVTIMEO set, handler without SA_RESTART: EINTR (before the timeout).
 TEST(Recvmsg, RecvmsgWithRcvtimeoGivesEintrOnSignalWithoutSaRestart) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE(SetTimeoutMs(p.r.get(), SO_RCVTIMEO, 5000));
@@ -688,6 +691,7 @@ TEST(Recvmsg, RecvmsgWithRcvtimeoGivesEintrOnSignalWithoutSaRestart) {
 // this test expects the restart: the call keeps waiting (with a fresh timeout) and returns the
 // message that arrives afterwards.
 TEST(Recvmsg, RecvmsgWithRcvtimeoIsRestartedAfterSaRestartSignalLikeKernelRds) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE(SetTimeoutMs(p.r.get(), SO_RCVTIMEO, 4000));

@@ -740,6 +740,7 @@ TEST(Sendmsg, BlockingSendToCongestedPortIgnoresSndtimeo) {
 
 // §A.4 step 10: the congestion sleep is interruptible: a signal without SA_RESTART → EINTR.
 TEST(Sendmsg, BlockingSendToCongestedPortGivesEintrOnSignalWithoutSaRestart) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
   Fd s = TcpTransportSender();
   Fd r = TcpTransportReceiver(4096);
   ASSERT_TRUE(s.ok() && r.ok());
@@ -780,6 +781,7 @@ Fd FillSender() {
 
 // "Not admitted and non-blocking → EAGAIN."
 TEST(Sendmsg, SendWithFullSndbufAndMsgDontwaitGivesEagain) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();
@@ -791,6 +793,7 @@ TEST(Sendmsg, SendWithFullSndbufAndMsgDontwaitGivesEagain) {
 }
 
 TEST(Sendmsg, SendWithFullSndbufOnNonblockingFdGivesEagain) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();
@@ -802,6 +805,7 @@ TEST(Sendmsg, SendWithFullSndbufOnNonblockingFdGivesEagain) {
 
 // "Not admitted and blocking → waits up to SO_SNDTIMEO. Expiry → ETIMEDOUT (not EAGAIN)."
 TEST(Sendmsg, SendWithFullSndbufAndSndtimeoGivesEtimedout) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();
@@ -826,6 +830,7 @@ TEST(Sendmsg, SendWithFullSndbufAndSndtimeoGivesEtimedout) {
 
 // "A signal → ERESTARTSYS/EINTR": without SA_RESTART the blocked send fails with EINTR.
 TEST(Sendmsg, SendBlockedOnFullSndbufGivesEintrOnSignalWithoutSaRestart) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();
@@ -851,6 +856,7 @@ TEST(Sendmsg, SendBlockedOnFullSndbufGivesEintrOnSignalWithoutSaRestart) {
 // ERESTARTSYS with SA_RESTART restarts the send; it then completes as soon as space is freed
 // (here by RDS_CANCEL_SENT_TO, which wakes the socket, §A.7).
 TEST(Sendmsg, SendBlockedOnFullSndbufIsRestartedAfterSaRestartSignal) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();
@@ -873,6 +879,7 @@ TEST(Sendmsg, SendBlockedOnFullSndbufIsRestartedAfterSaRestartSignal) {
 // §A.4 step 11 / §E.14: admission compares the bytes queued *before* this message with sndbuf,
 // so a message is admitted while anything below sndbuf is queued, even if it overshoots.
 TEST(Sendmsg, SendSndbufCheckUsesTheQueuedBytesBeforeTheMessage) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();
@@ -890,6 +897,7 @@ TEST(Sendmsg, SendSndbufCheckUsesTheQueuedBytesBeforeTheMessage) {
 
 // Send-buffer accounting is per socket: another socket is unaffected.
 TEST(Sendmsg, FullSndbufOfOneSocketDoesNotAffectAnother) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   Fd s = FillSender();

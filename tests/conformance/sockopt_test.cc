@@ -317,6 +317,7 @@ TEST(Sockopt, CancelSentToAcceptsBothAddressSizesAndIgnoresTheFamily) {
 // Effect: queued messages to that address and port are removed and their sndbuf bytes freed;
 // they are never delivered.
 TEST(Sockopt, CancelSentToDropsQueuedMessagesAndFreesTheSndbuf) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   constexpr int kSndbuf = 32768;
@@ -340,6 +341,7 @@ TEST(Sockopt, CancelSentToDropsQueuedMessagesAndFreesTheSndbuf) {
 
 // Only messages to the given address and port are affected.
 TEST(Sockopt, CancelSentToAnotherDestinationFreesNothing) {
+  RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
   BindOpts o;

@@ -1,0 +1,105 @@
+// engine/sync.h — the mutex and notification types of the engine and the preload layer.
+//
+// Normal builds use abseil's (absl::Mutex and friends). ThreadSanitizer builds use equivalents
+// over the C++ standard library with the same interface: Debian's abseil is not instrumented,
+// so TSan cannot see the happens-before edges of an absl::Mutex and would report every access
+// one guards (scripts/test-sanitizers.sh runs the conformance suite under TSan).
+//
+// Use: rds::Mutex, rds::MutexLock lock(&mu), rds::ReaderMutexLock, rds::Notification.
+#ifndef RDS_ENGINE_SYNC_H_
+#define RDS_ENGINE_SYNC_H_
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+#if defined(__SANITIZE_THREAD__)
+#include <condition_variable>
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/base/const_init.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#endif
+
+namespace rds {
+
+#if !defined(__SANITIZE_THREAD__)
+
+using Mutex = absl::Mutex;
+using MutexLock = absl::MutexLock;
+using ReaderMutexLock = absl::ReaderMutexLock;
+using Notification = absl::Notification;
+
+#else
+
+class ABSL_LOCKABLE Mutex {
+ public:
+  Mutex() = default;
+  explicit Mutex(absl::ConstInitType) {}
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { m_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
+  void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { m_.lock_shared(); }
+  void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { m_.unlock_shared(); }
+  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
+
+ private:
+  std::shared_mutex m_;
+};
+
+class ABSL_SCOPED_LOCKABLE MutexLock {
+ public:
+  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex* const mu_;
+};
+
+class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) { mu_->ReaderLock(); }
+  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->ReaderUnlock(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  Mutex* const mu_;
+};
+
+class Notification {
+ public:
+  void Notify() {
+    std::lock_guard<std::mutex> lock(m_);
+    notified_ = true;
+    cv_.notify_all();
+  }
+  bool HasBeenNotified() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return notified_;
+  }
+  void WaitForNotification() const {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [this] { return notified_; });
+  }
+  bool WaitForNotificationWithDeadline(absl::Time deadline) const {
+    std::unique_lock<std::mutex> lock(m_);
+    return cv_.wait_until(lock, absl::ToChronoTime(deadline), [this] { return notified_; });
+  }
+
+ private:
+  mutable std::mutex m_;
+  mutable std::condition_variable cv_;
+  bool notified_ = false;
+};
+
+#endif
+
+}  // namespace rds
+
+#endif  // RDS_ENGINE_SYNC_H_
