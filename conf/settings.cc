@@ -86,6 +86,9 @@ const std::vector<Spec>& Schema() {
        [] { return std::string("0"); }, {0, 60000}, "tests only: delay every connection attempt"},
       {"FAULT_CUT_PERMILLE", &Settings::fault_cut_permille, [] { return std::string("0"); },
        {0, 1000}, "tests only: cut a link in the middle of a message (per mille of messages)"},
+      {"INLINE_SEND", &Settings::inline_send, [] { return std::string("1"); }, {0, 1},
+       "sendmsg writes to an established link on the calling thread when the engine is idle "
+       "(0: every message goes through the engine thread)"},
       {"LOG_LEVEL", &Settings::log_level, [] { return std::string("0"); }, {0, 5},
        "0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace"},
       {"SHOW_CONFIG", &Settings::show_config, [] { return std::string("0"); }, {0, 1},

@@ -29,6 +29,7 @@ struct Settings {
   int64_t wmem_default;
   int64_t rmem_default;
   bool ping_enable;            // net.rds.ping_enable
+  bool inline_send;            // sendmsg transmits on the calling thread when it can
   int64_t reconnect_min_delay_ms;  // net.rds.reconnect_min_delay_ms
   int64_t reconnect_max_delay_ms;  // net.rds.reconnect_max_delay_ms
   int64_t max_unacked_packets;  // net.rds.max_unacked_packets

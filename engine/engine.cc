@@ -145,9 +145,46 @@ std::shared_ptr<NetNs> Engine::ServedNetNs(const NetNsKey& key) {
 // Sending.
 
 void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
+  // Fast path: the engine is idle and the destination's route and link are
+  // established, so this thread transmits (or delivers in-process) itself and
+  // the engine thread is not woken (DESIGN.md §9).
+  if (conf::Get().inline_send &&
+      loop_.TryRunInline([&] { return RouteAndQueueIfReady(ns, m); })) {
+    return;
+  }
   loop_.Post([this, m = std::move(m), ns = std::move(ns)]() mutable {
     RouteAndQueue(ns, std::move(m));
   });
+}
+
+bool Engine::RouteAndQueueIfReady(const std::shared_ptr<NetNs>& ns, MessagePtr& m) {
+  uint16_t port = m->header.dport;
+  if (port == 0 || m->cancelled.load()) return false;
+  auto cit = connections_.find(ConnKey{ns->key(), m->saddr, m->daddr});
+  if (cit == connections_.end()) return false;
+  Connection& c = *cit->second;
+  uint32_t owner;
+  if (c.local) {
+    if (m->port_gen) {
+      absl::StatusOr<uint32_t> now = c.ns->ports().PortGeneration(c.key.faddr, port);
+      if (!now.ok() || *now != *m->port_gen) return false;
+    }
+    owner = LocalOwner(c, port);
+    if (owner == pid_) {
+      DeliverLocally(c, std::move(m));
+      return true;
+    }
+  } else {
+    auto rit = c.routes.find(port);
+    if (rit == c.routes.end()) return false;
+    auto uit = c.unresolved.find(port);
+    if (uit != c.unresolved.end() && !uit->second.empty()) return false;
+    owner = rit->second.pid;
+  }
+  auto pit = c.paths.find(owner);
+  if (owner == 0 || pit == c.paths.end() || !pit->second->link) return false;
+  PathSend(*pit->second, std::move(m));
+  return true;
 }
 
 void Engine::DropMessage(const MessagePtr& m, int counter) {

@@ -8,7 +8,9 @@
 // what arrives into the sockets' receive queues.
 //
 // Thread-safety: Get(), Serve(), Submit() and CancelSentTo() are safe from
-// any thread; everything else runs on the engine thread.
+// any thread; everything else runs with the event loop's run lock held: on
+// the engine thread, or on an application thread inside Submit's inline fast
+// path (EventLoop::TryRunInline).
 #ifndef RDS_ENGINE_ENGINE_H_
 #define RDS_ENGINE_ENGINE_H_
 
@@ -113,6 +115,9 @@ class Engine {
                             const RdsAddr& faddr);
   Path& GetPath(Connection& c, uint32_t pid, bool connect);
   void RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m);
+  // RouteAndQueue for a message whose route and link are ready; false (and
+  // nothing changed, `m` untouched) when anything would have to be set up.
+  bool RouteAndQueueIfReady(const std::shared_ptr<NetNs>& ns, MessagePtr& m);
   uint32_t LocalOwner(Connection& c, uint16_t port);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);

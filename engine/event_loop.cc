@@ -111,9 +111,30 @@ void EventLoop::RunDueTimers() {
   }
 }
 
+bool EventLoop::TryRunInline(absl::FunctionRef<bool()> fn) {
+  if (!run_mu_.TryLock()) return false;
+  bool idle;
+  {
+    rds::MutexLock lock(&task_mu_);
+    idle = tasks_.empty();
+  }
+  const TimerId timers_before = next_timer_;
+  bool done = idle && fn();
+  if (done) RunDeferred();
+  // A timer started here may be due before the sleeping loop's timeout.
+  const bool wake = next_timer_ != timers_before && sleeping_.load(std::memory_order_seq_cst);
+  run_mu_.Unlock();
+  if (wake) {
+    uint64_t one = 1;
+    sys::Write(wake_fd_, &one, sizeof(one));
+  }
+  return done;
+}
+
 void EventLoop::Run() {
   constexpr int kMaxEvents = 64;
   struct epoll_event events[kMaxEvents];
+  rds::MutexLock run(&run_mu_);
   while (!stop_.load(std::memory_order_relaxed)) {
     DrainTasks();
     RunDueTimers();
@@ -126,7 +147,9 @@ void EventLoop::Run() {
       rds::MutexLock lock(&task_mu_);
       if (!tasks_.empty()) timeout = 0;
     }
+    run_mu_.Unlock();
     int n = sys::EpollWait(epfd_, events, kMaxEvents, timeout);
+    run_mu_.Lock();
     sleeping_.store(false, std::memory_order_seq_cst);
     if (n < 0) {
       if (errno != EINTR) log::Error("epoll_wait: %s", strerror(errno));

@@ -1,10 +1,15 @@
 // engine/event_loop.h — the engine thread's epoll loop.
 //
 // Owns one epoll fd, a wake-up eventfd for tasks posted from other threads,
-// and a timer heap. Fd handlers and timers run on the loop thread only.
+// and a timer heap. Fd handlers, timers and posted tasks run on the loop
+// thread, which holds the loop's run lock except while it sleeps in
+// epoll_wait. Another thread may take that lock while the loop sleeps and run
+// work inline (TryRunInline): the send fast path, which then skips waking the
+// loop thread.
 //
-// Thread-safety: Post() and Wake() are safe from any thread; everything else
-// must be called on the loop thread (or before Run()).
+// Thread-safety: Post() and TryRunInline() are safe from any thread;
+// everything else must be called with the run lock held (on the loop thread,
+// or inside TryRunInline).
 #ifndef RDS_ENGINE_EVENT_LOOP_H_
 #define RDS_ENGINE_EVENT_LOOP_H_
 
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "engine/sync.h"
 #include "absl/time/time.h"
 
@@ -46,6 +52,14 @@ class EventLoop {
   // Any thread: runs `task` on the loop thread, in posting order.
   void Post(Task task);
 
+  // Any thread not holding the run lock: if the loop is asleep (or between
+  // rounds) and no posted task is pending, runs `fn` on this thread with the
+  // run lock held, then the work it deferred, and returns fn's result; false
+  // otherwise (the caller Posts instead). `fn` returns false to decline, in
+  // which case it must have changed nothing. Order is kept: work posted
+  // earlier is never overtaken.
+  bool TryRunInline(absl::FunctionRef<bool()> fn);
+
   // Runs until Stop(); call on the loop thread.
   void Run();
   void Stop();
@@ -71,6 +85,8 @@ class EventLoop {
   std::vector<Task> deferred_;
   std::atomic<bool> stop_{false};
 
+  // Held by the loop thread except in epoll_wait (see TryRunInline).
+  rds::Mutex run_mu_;
   rds::Mutex task_mu_;
   std::deque<Task> tasks_ ABSL_GUARDED_BY(task_mu_);
   // True while the loop thread may be blocked in epoll_wait: Post() writes

@@ -41,6 +41,7 @@ class ABSL_LOCKABLE Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { m_.lock(); }
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return m_.try_lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { m_.lock_shared(); }
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { m_.unlock_shared(); }

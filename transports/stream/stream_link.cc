@@ -196,6 +196,16 @@ void StreamLink::OnReadable() {
   }
 }
 
+// Flush runs on application threads too (the inline send path), which do not
+// block SIGPIPE as the engine thread does: a peer that closed must give EPIPE,
+// not a signal.
+ssize_t StreamLink::WriteNoSignal(struct iovec* iov, int n) {
+  struct msghdr mh = {};
+  mh.msg_iov = iov;
+  mh.msg_iovlen = static_cast<size_t>(n);
+  return sys::Sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 void StreamLink::Flush() {
   if (closed_ || connecting_) return;
   while (!out_.empty()) {
@@ -210,7 +220,7 @@ void StreamLink::Flush() {
       Out& o = out_.front();
       struct iovec part[2] = {{o.header, wire::kHeaderSize},
                               {o.m->payload.data(), o.m->payload.size() / 2}};
-      sys::Writev(fd_, part, o.m->payload.size() / 2 ? 2 : 1);
+      WriteNoSignal(part, o.m->payload.size() / 2 ? 2 : 1);
       Fail(absl::AbortedError("fault injection: cut mid-message"));
       return;
     }
@@ -227,7 +237,7 @@ void StreamLink::Flush() {
       size_t poff = off - wire::kHeaderSize;
       if (poff < plen) iov[n++] = {it->m->payload.data() + poff, plen - poff};
     }
-    ssize_t w = sys::Writev(fd_, iov, n);
+    ssize_t w = WriteNoSignal(iov, n);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {

@@ -12,6 +12,9 @@
 #ifndef RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
 #define RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <deque>
 #include <memory>
 #include <string>
@@ -49,6 +52,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void OnReadable();
   void Flush();
   void ScheduleFlush();
+  ssize_t WriteNoSignal(struct iovec* iov, int n);
   void Fail(const absl::Status& why);
   void UpdateInterest();
 
