@@ -320,6 +320,12 @@ void Engine::Transmit(Path& p, MessagePtr m) {
   p.rx_acked = p.rx_delivered;
   p.rx_unacked_packets = 0;
   p.rx_unacked_bytes = 0;
+  if (p.ack_timer) {
+    // This message carries the acknowledgement: the delayed one would wake
+    // the engine for nothing (a request/response exchange every 1 ms).
+    loop_.Cancel(p.ack_timer);
+    p.ack_timer = 0;
+  }
   p.tx_since_ack_required++;
   p.tx_bytes_since_ack_required += m->payload.size();
   if (p.tx_since_ack_required >= static_cast<uint64_t>(cfg.max_unacked_packets) ||

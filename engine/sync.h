@@ -1,54 +1,46 @@
 // engine/sync.h — the mutex and notification types of the engine and the preload layer.
 //
-// Normal builds use abseil's (absl::Mutex and friends). ThreadSanitizer builds use equivalents
-// over the C++ standard library with the same interface: Debian's abseil is not instrumented,
-// so TSan cannot see the happens-before edges of an absl::Mutex and would report every access
-// one guards (scripts/test-sanitizers.sh runs the conformance suite under TSan).
+// absl::Mutex's interface (with its thread-safety annotations) over the C++ standard library's
+// mutexes, rather than absl::Mutex itself, for two measured reasons:
+//  * Debian's abseil is built with the Mutex deadlock detector active: callgrind put about a
+//    fifth of the send path's instructions in it (GraphCycles, DESIGN.md §9). It can only be
+//    switched off process-wide (absl::SetMutexDeadlockDetectionMode), which would change the
+//    behaviour of an application's own abseil mutexes.
+//  * Debian's abseil is not instrumented for ThreadSanitizer, which therefore cannot see the
+//    happens-before edges of an absl::Mutex (scripts/test-sanitizers.sh runs the conformance
+//    suite under TSan).
 //
 // Use: rds::Mutex, rds::MutexLock lock(&mu), rds::ReaderMutexLock, rds::Notification.
 #ifndef RDS_ENGINE_SYNC_H_
 #define RDS_ENGINE_SYNC_H_
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
-
-#if defined(__SANITIZE_THREAD__)
 #include <condition_variable>
 #include <mutex>
-#include <shared_mutex>
 
 #include "absl/base/const_init.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#endif
 
 namespace rds {
 
-#if !defined(__SANITIZE_THREAD__)
-
-using Mutex = absl::Mutex;
-using MutexLock = absl::MutexLock;
-using ReaderMutexLock = absl::ReaderMutexLock;
-using Notification = absl::Notification;
-
-#else
-
+// Readers are exclusive too: the few reader sections are short, and a plain mutex is cheaper
+// than a reader-writer lock when uncontended (the common case).
 class ABSL_LOCKABLE Mutex {
  public:
-  Mutex() = default;
-  explicit Mutex(absl::ConstInitType) {}
+  constexpr Mutex() = default;
+  constexpr explicit Mutex(absl::ConstInitType) {}  // constant-initialised, as std::mutex is
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { m_.lock(); }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return m_.try_lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
-  void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { m_.lock_shared(); }
-  void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { m_.unlock_shared(); }
+  void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { m_.lock(); }
+  void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
   void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
  private:
-  std::shared_mutex m_;
+  std::mutex m_;
 };
 
 class ABSL_SCOPED_LOCKABLE MutexLock {
@@ -98,8 +90,6 @@ class Notification {
   mutable std::condition_variable cv_;
   bool notified_ = false;
 };
-
-#endif
 
 }  // namespace rds
 
