@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages needed to build and test rds-preload.
 # clang + libclang-rt-14-dev: the libFuzzer targets (-fsanitize=fuzzer; scripts/fuzz.sh);
 # llvm: llvm-symbolizer, for symbolized sanitizer reports. g++'s ASan/UBSan/TSan runtimes
-# (libasan8, libubsan1, libtsan2) come with build-essential.
+# (libasan8, libubsan1, libtsan2) come with build-essential. gnuplot-nox: rds-bench's PNG plot.
 set -euo pipefail
 packages=(
   build-essential g++ meson ninja-build pkg-config
@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libssl-dev nlohmann-json3-dev
   python3 iproute2 procps
   clang libclang-rt-14-dev llvm
+  gnuplot-nox
 )
 missing=()
 for p in "${packages[@]}"; do

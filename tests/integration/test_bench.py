@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""rds-bench (tools/rds_bench.cc, issue 6) runs briefly and produces sane output.
+
+Not a performance test: the numbers are only checked for consistency, never against targets.
+1. A short run (0.2 s per measurement; 64 B and 64 KiB latency, 64 B and 1 MiB rate) on the
+   same host, and across two network-namespace hosts when root (else that placement is skipped
+   by the bench, which must say so).
+2. Exit status 0; the summary table and the target lines are printed.
+3. The CSV has one row per (test, placement, transport, size), with p50 > 0 and p99 >= p50 for
+   latency, rate > 0 and MB/s = rate x size for rate.
+4. With gnuplot installed (scripts/deps.sh installs gnuplot-nox) the PNG is written and is a
+   PNG.
+
+Skipped in sanitizer builds (the bench re-executes itself under the preload library, which in
+those builds needs its sanitizer runtime ahead of it; the suite's other tests cover the library).
+Expected run time: ~10 s.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import itlib
+
+BENCH = os.path.join(itlib.REPO, "build", "tools", "rds-bench")
+
+
+class Bench(unittest.TestCase):
+    def test_short_run_produces_consistent_csv_and_plot(self):
+        if itlib.sanitizer_build():
+            self.skipTest("sanitizer build: rds-bench is checked in the normal build")
+        bench = os.environ.get("RDS_BENCH", BENCH)
+        if not os.path.exists(bench):
+            self.skipTest(f"{bench} not built")
+        root = os.geteuid() == 0 and subprocess.run(
+            ["ip", "netns", "list"], capture_output=True).returncode == 0
+        placements = ["host", "netns"] if root else ["host"]
+        with tempfile.TemporaryDirectory(prefix="rds-bench-test-") as tmp:
+            csv_path = os.path.join(tmp, "out.csv")
+            png_path = os.path.join(tmp, "out.png")
+            argv = [bench, "--preload", itlib.path_of("RDS_IT_PRELOAD_LIB"), "--seconds", "0.2",
+                    "--lat-sizes", "64,64K", "--rate-sizes", "64,1M",
+                    "--placements", ",".join(placements), "--csv", csv_path, "--plot", png_path]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=240,
+                               env=itlib.plain_env())
+            itlib.log(r.stdout[-3000:])
+            self.assertEqual(r.returncode, 0, f"rds-bench failed:\n{r.stdout}\n{r.stderr}")
+            self.assertIn("issue 6 targets:", r.stdout)
+            self.assertIn("64 B RTT <= 1.2x raw TCP (host)", r.stdout)
+
+            with open(csv_path) as f:
+                rows = list(csv.DictReader(f))
+            seen = {(x["test"], x["placement"], x["transport"], int(x["size"])): x for x in rows}
+            for pl in placements:
+                for tr in ("rds", "tcp"):
+                    for size in (64, 65536):
+                        row = seen.get(("latency", pl, tr, size))
+                        self.assertIsNotNone(row, f"no latency row {pl} {tr} {size}")
+                        p50, p99 = float(row["p50_us"]), float(row["p99_us"])
+                        self.assertGreater(p50, 0)
+                        self.assertGreaterEqual(p99, p50)
+                        self.assertGreater(int(float(row["count"])), 10)
+                    for size in (64, 1 << 20):
+                        row = seen.get(("rate", pl, tr, size))
+                        self.assertIsNotNone(row, f"no rate row {pl} {tr} {size}")
+                        rate, mbs = float(row["msg_per_s"]), float(row["mb_per_s"])
+                        self.assertGreater(rate, 0)
+                        self.assertAlmostEqual(mbs, rate * size / 1e6, delta=0.01 * mbs + 0.01)
+            self.assertEqual(len(rows), len(placements) * 2 * 4)
+
+            if subprocess.run(["sh", "-c", "command -v gnuplot"],
+                              capture_output=True).returncode == 0:
+                with open(png_path, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            else:
+                self.assertIn("gnuplot not found", r.stderr)
+
+
+if __name__ == "__main__":
+    itlib.watchdog(280)
+    unittest.main(verbosity=2)
