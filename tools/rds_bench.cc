@@ -648,7 +648,9 @@ void WritePlot(const Options& o, const std::vector<Row>& rows,
   script += "set output '" + o.plot + "'\n";
   script += "set multiplot layout 2," + std::to_string(placements.size()) +
             " title 'rds-bench: shim (AF_RDS) vs raw TCP with the same 48-byte framing'\n";
-  script += "set logscale x 2\nset grid\nset key top left\nset xlabel 'message size (bytes)'\n";
+  script += "set logscale x 2\nset grid\nset key top left\nset xlabel 'message size'\n";
+  script += "set xtics ('64' 64, '256' 256, '1K' 1024, '4K' 4096, '16K' 16384, '64K' 65536, "
+            "'256K' 262144, '1M' 1048576)\n";
   size_t idx = 0;
   for (const std::string& test : {std::string("latency"), std::string("rate")}) {
     for (const std::string& pl : placements) {
