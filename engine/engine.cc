@@ -823,6 +823,8 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
       return;
     case control::Op::kAck:
       return;  // header.ack was applied on arrival
+    case control::Op::kInfoData:
+      return;  // only on rdsctl/RDS_INFO query links, never on a path
   }
 }
 
