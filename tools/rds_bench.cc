@@ -8,8 +8,9 @@
 //   * rate: one sender process streams messages one way to one receiver process, one send call
 //     per message; messages/s and payload MB/s at the receiver;
 // once over AF_RDS through the preloaded shim and once over raw TCP carrying the same 48-byte
-// RDS framing (one writev per message, buffered reads, TCP_NODELAY). It prints a table with
-// the ratios against issue 6's targets, and writes a CSV and (with gnuplot) a PNG plot.
+// RDS framing (one writev per message, buffered reads, TCP_NODELAY). Then the idle cost: one
+// process holding N bound sockets (user-space memory per socket, CPU while idle). It prints a
+// table with the ratios against issue 6's targets, and writes a CSV and (with gnuplot) a PNG.
 //
 // The bench itself is a plain program; it re-executes itself as the worker processes
 // (`--worker=...`), under LD_PRELOAD for the RDS runs only. Namespace hosts need root and
@@ -20,6 +21,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -125,9 +127,14 @@ void Ready() {
   fflush(stdout);
 }
 
-int RdsSocket(const std::string& ip, int port) {
+int RdsSocket(const std::string& ip, int port, bool big_buffers = true) {
   int fd = socket(AF_RDS, SOCK_SEQPACKET, 0);
   if (fd < 0) Die("socket(AF_RDS) (is the shim preloaded?)");
+  if (!big_buffers) {
+    sockaddr_in sin = Addr(ip, port);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) Die("bind");
+    return fd;
+  }
   // Room for several maximum-size messages in flight, as rds-stress sizes its buffers.
   int buf = 8 << 20;
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf)) != 0) Die("SO_SNDBUF");
@@ -278,9 +285,51 @@ int SinkLoop(const WorkerArgs& a, RecvOne recv_one) {
   return 0;
 }
 
+// This process's resident set, in KiB (VmRSS of /proc/self/status).
+long VmRssKiB() {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof(line), f)) {
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  }
+  fclose(f);
+  return kib;
+}
+
+double CpuSeconds() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);  // every thread of the process, the engine's included
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// Idle cost: `size` bound sockets, then `seconds` of doing nothing. The first socket (which
+// starts the engine) is not counted in the per-socket memory.
+int IdleWorker(const WorkerArgs& a) {
+  rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = std::max<rlim_t>(rl.rlim_cur, std::min<rlim_t>(rl.rlim_max, a.size + 64));
+  setrlimit(RLIMIT_NOFILE, &rl);
+  std::vector<int> fds;
+  fds.push_back(RdsSocket(a.addr, 0, false));
+  long before = VmRssKiB();
+  for (size_t i = 1; i < a.size; ++i) fds.push_back(RdsSocket(a.addr, 0, false));
+  long after = VmRssKiB();
+  double cpu0 = CpuSeconds(), t0 = NowSec();
+  while (NowSec() - t0 < a.seconds) usleep(100 * 1000);
+  double cpu = CpuSeconds() - cpu0, wall = NowSec() - t0;
+  printf("result sockets=%zu rss_kib_per_socket=%.3f idle_cpu_pct=%.4f\n", a.size,
+         a.size > 1 ? static_cast<double>(after - before) / static_cast<double>(a.size - 1) : 0.0,
+         100.0 * cpu / wall);
+  return 0;
+}
+
 int RunWorker(const WorkerArgs& a) {
   PinTo(a.cpu);
   alarm(static_cast<unsigned>(a.seconds) + 60);  // never outlive a broken run
+  if (a.role == "rds-idle") return IdleWorker(a);
   std::vector<uint8_t> buf(kMaxSize + 64, 0x5a);
 
   if (a.role == "rds-echo" || a.role == "rds-sink") {
@@ -395,6 +444,7 @@ struct Options {
   std::string csv = "rds-bench.csv";
   std::string plot = "rds-bench.png";
   std::vector<std::string> transports = {"rds", "tcp"};
+  size_t idle_sockets = 1000;  // 0: no idle measurement
 };
 
 struct Host {
@@ -599,16 +649,17 @@ const Row* Find(const std::vector<Row>& rows, const std::string& test, const std
 void WriteCsv(const Options& o, const std::vector<Row>& rows) {
   FILE* f = fopen(o.csv.c_str(), "w");
   if (!f) Die(o.csv.c_str());
-  fprintf(f, "test,placement,transport,size,p50_us,p99_us,mean_us,count,msg_per_s,mb_per_s\n");
+  fprintf(f, "test,placement,transport,size,p50_us,p99_us,mean_us,count,msg_per_s,mb_per_s,"
+             "rss_kib_per_socket,idle_cpu_pct\n");
   for (const Row& r : rows) {
     auto g = [&](const char* k) {
       auto it = r.v.find(k);
       return it == r.v.end() ? std::string() : std::to_string(it->second);
     };
-    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.placement.c_str(),
+    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.placement.c_str(),
             r.transport.c_str(), r.size, g("p50_us").c_str(), g("p99_us").c_str(),
             g("mean_us").c_str(), g("count").c_str(), g("msg_per_s").c_str(),
-            g("mb_per_s").c_str());
+            g("mb_per_s").c_str(), g("rss_kib_per_socket").c_str(), g("idle_cpu_pct").c_str());
   }
   fclose(f);
   printf("wrote %s\n", o.csv.c_str());
@@ -731,15 +782,24 @@ void PrintSummary(const Options& o, const std::vector<Row>& rows,
     target((std::string("1 MiB one-way >= 90% of TCP bandwidth (") + pl + ")").c_str(), r && t,
            ratio >= 0.9, buf);
   }
+  for (const Row& r : rows) {
+    if (r.test != "idle") continue;
+    double kib = r.v.at("rss_kib_per_socket"), cpu = r.v.at("idle_cpu_pct");
+    snprintf(buf, sizeof(buf), "%zu sockets: %.2f KiB each (user space), %.3f%% CPU", r.size, kib,
+             cpu);
+    target("idle process: < 1% CPU and < 4 KiB per socket", true, kib < 4 && cpu < 1, buf);
+  }
 }
 
 int Usage() {
   fprintf(stderr,
           "usage: rds-bench --preload LIB [--seconds S] [--lat-sizes LIST] [--rate-sizes LIST]\n"
           "                 [--placements host,netns] [--cpus split|same|none]\n"
-          "                 [--transports rds,tcp] [--csv FILE] [--plot FILE.png|'']\n"
+          "                 [--transports rds,tcp] [--idle-sockets N] [--csv FILE]\n"
+          "                 [--plot FILE.png|'']\n"
           "  LIST: comma-separated sizes such as 64,1K,64K,1M. Defaults: 64 B … 1 MiB,\n"
-          "  1 s per measurement, both placements, server on cpu0 and client on cpu1.\n");
+          "  1 s per measurement, both placements, server on cpu0 and client on cpu1,\n"
+          "  and an idle process with 1000 bound sockets (--idle-sockets 0: none).\n");
   return 2;
 }
 
@@ -769,6 +829,7 @@ int main(int argc, char** argv) {
     else if (key == "--preload") o.preload = val;
     else if (key == "--placements") o.placements = Split(val, ',');
     else if (key == "--transports") o.transports = Split(val, ',');
+    else if (key == "--idle-sockets") o.idle_sockets = static_cast<size_t>(atol(val.c_str()));
     else if (key == "--cpus") o.cpus = val;
     else if (key == "--csv") o.csv = val;
     else if (key == "--plot") o.plot = val;
@@ -839,6 +900,33 @@ int main(int argc, char** argv) {
           rows.push_back(std::move(row));
         }
       }
+    }
+  }
+  if (o.idle_sockets > 0) {
+    // Idle cost: one process holding idle_sockets bound sockets, idle for a few seconds.
+    Host host{"", "127.0.0.1"};
+    const double idle_seconds = std::max(2.0, 3 * o.seconds);
+    printf("idle host rds %zu sockets for %.0f s ... ", o.idle_sockets, idle_seconds);
+    fflush(stdout);
+    Worker w = Spawn(o, host, true,
+                     {"--worker=rds-idle", "--addr=127.0.0.1",
+                      "--size=" + std::to_string(o.idle_sockets),
+                      "--seconds=" + std::to_string(idle_seconds), "--cpu=-1"});
+    std::string line = ReadLine(w, idle_seconds + 60);
+    bool ok = Finish(w, line.empty());
+    Row row;
+    row.test = "idle";
+    row.placement = "host";
+    row.transport = "rds";
+    row.size = o.idle_sockets;
+    row.v = ParseResult(line);
+    if (!ok || row.v.empty()) {
+      printf("FAILED\n");
+      failed = true;
+    } else {
+      printf("%.2f KiB per socket, %.3f%% CPU\n", row.v["rss_kib_per_socket"],
+             row.v["idle_cpu_pct"]);
+      rows.push_back(std::move(row));
     }
   }
   PrintSummary(o, rows, placements);

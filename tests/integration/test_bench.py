@@ -7,7 +7,7 @@ Not a performance test: the numbers are only checked for consistency, never agai
    by the bench, which must say so).
 2. Exit status 0; the summary table and the target lines are printed.
 3. The CSV has one row per (test, placement, transport, size), with p50 > 0 and p99 >= p50 for
-   latency, rate > 0 and MB/s = rate x size for rate.
+   latency, rate > 0 and MB/s = rate x size for rate, and the idle row (200 bound sockets).
 4. With gnuplot installed (scripts/deps.sh installs gnuplot-nox) the PNG is written and is a
    PNG.
 
@@ -43,7 +43,8 @@ class Bench(unittest.TestCase):
             png_path = os.path.join(tmp, "out.png")
             argv = [bench, "--preload", itlib.path_of("RDS_IT_PRELOAD_LIB"), "--seconds", "0.2",
                     "--lat-sizes", "64,64K", "--rate-sizes", "64,1M",
-                    "--placements", ",".join(placements), "--csv", csv_path, "--plot", png_path]
+                    "--placements", ",".join(placements), "--idle-sockets", "200",
+                    "--csv", csv_path, "--plot", png_path]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=240,
                                env=itlib.plain_env())
             itlib.log(r.stdout[-3000:])
@@ -69,7 +70,13 @@ class Bench(unittest.TestCase):
                         rate, mbs = float(row["msg_per_s"]), float(row["mb_per_s"])
                         self.assertGreater(rate, 0)
                         self.assertAlmostEqual(mbs, rate * size / 1e6, delta=0.01 * mbs + 0.01)
-            self.assertEqual(len(rows), len(placements) * 2 * 4)
+            idle = seen.get(("idle", "host", "rds", 200))
+            self.assertIsNotNone(idle, "no idle row")
+            self.assertGreaterEqual(float(idle["rss_kib_per_socket"]), 0)
+            self.assertGreaterEqual(float(idle["idle_cpu_pct"]), 0)
+            self.assertLess(float(idle["idle_cpu_pct"]), 100)
+            self.assertIn("idle process: < 1% CPU and < 4 KiB per socket", r.stdout)
+            self.assertEqual(len(rows), len(placements) * 2 * 4 + 1)
 
             if subprocess.run(["sh", "-c", "command -v gnuplot"],
                               capture_output=True).returncode == 0:
