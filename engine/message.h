@@ -19,6 +19,7 @@
 
 #include "absl/time/time.h"
 #include "engine/addr.h"
+#include "engine/buffer_pool.h"
 #include "engine/wire.h"
 
 namespace rds {
@@ -28,13 +29,19 @@ class RdsSocket;
 // Monotonic nanoseconds (the clock of the RX latency trace points).
 int64_t MonotonicNs();
 
-// Payload bytes: an uninitialised heap buffer of exact size (no memset for
-// 1 MiB messages).
+// Returns a payload's storage to the pool it came from.
+struct PayloadRelease {
+  size_t size = 0;
+  void operator()(uint8_t* p) const { buffer_pool::Release(p, size); }
+};
+
+// Payload bytes: an uninitialised buffer of `size` bytes (no memset for
+// 1 MiB messages); large ones are recycled (engine/buffer_pool.h).
 class Payload {
  public:
   Payload() = default;
   explicit Payload(size_t size)
-      : data_(size ? new uint8_t[size] : nullptr), size_(size) {}
+      : data_(size ? buffer_pool::Allocate(size) : nullptr, PayloadRelease{size}), size_(size) {}
   Payload(const void* src, size_t size) : Payload(size) {
     if (size) std::memcpy(data_.get(), src, size);
   }
@@ -43,7 +50,7 @@ class Payload {
   size_t size() const { return size_; }
 
  private:
-  std::unique_ptr<uint8_t[]> data_;
+  std::unique_ptr<uint8_t[], PayloadRelease> data_;
   size_t size_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "engine/cong.h"
 #include "engine/errors.h"
@@ -124,7 +125,8 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   // anything there.
   if (flags & MSG_ERRQUEUE) return RdsError(EAGAIN);
   if (msg.msg_iovlen > IOV_MAX) return RdsError(EMSGSIZE);
-  std::vector<iovec> iov(msg.msg_iovlen);
+  // Most callers pass one or two segments: no allocation for those.
+  absl::InlinedVector<iovec, 4> iov(msg.msg_iovlen);
   if (!iov.empty()) {
     if (absl::Status s = usercopy::FromUser(iov.data(), msg.msg_iov, iov.size() * sizeof(iovec));
         !s.ok()) {

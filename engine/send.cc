@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "engine/cong.h"
 #include "engine/engine.h"
@@ -238,7 +239,8 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
 
   // The iovec array is application memory.
   if (msg.msg_iovlen > IOV_MAX) return RdsError(EMSGSIZE);
-  std::vector<iovec> iov(msg.msg_iovlen);
+  // Most callers pass one or two segments: no allocation for those.
+  absl::InlinedVector<iovec, 4> iov(msg.msg_iovlen);
   if (!iov.empty()) {
     if (absl::Status s = usercopy::FromUser(iov.data(), msg.msg_iov, iov.size() * sizeof(iovec));
         !s.ok()) {

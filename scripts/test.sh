@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test (unit, conformance, integration, fuzz-corpus
 # replay); then the robustness runs of issue 3:
-#   1. the same suite built with ASan+UBSan (./build-asan), and the engine unit tests built with
-#      TSan (./build-tsan): scripts/test-sanitizers.sh
+#   1. the same suite built with ASan+UBSan (./build-asan), and the unit and conformance tests
+#      (the engine thread against application threads) built with TSan (./build-tsan):
+#      scripts/test-sanitizers.sh
 #   2. each libFuzzer target for a bounded time (./build-fuzz, clang): scripts/fuzz.sh
 # Every stage runs even if an earlier one failed; the script fails if any did.
 # Arguments go to `meson test` (normal and ASan runs). Environment:
 #   RDS_TEST_ASAN=0, RDS_TEST_TSAN=0  skip a sanitizer run
 #   RDS_FUZZ_SECONDS                  total fuzzing time (default 60); RDS_FUZZ_SECONDS=0 only
 #                                     replays the seed corpus with the libFuzzer binaries
-# Expected time on a fresh 2-core machine: about 15 minutes (most of it compiling three builds).
+# Expected time on a fresh 2-core machine: about 25 minutes (most of it compiling four builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -30,7 +31,7 @@ stage() {
 }
 
 stage "test suite" meson test -C build --print-errorlogs --num-processes 2 "$@"
-stage "sanitizers (ASan+UBSan suite, TSan unit tests)" ./scripts/test-sanitizers.sh "$@"
+stage "sanitizers (ASan+UBSan suite, TSan unit + conformance)" ./scripts/test-sanitizers.sh "$@"
 stage "fuzzing" ./scripts/fuzz.sh
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -25,11 +25,19 @@ bool FillAddress(const std::string& path, sockaddr_un* sun) {
 
 }  // namespace
 
+void WidenSendBuffer(int fd) {
+  constexpr int kLinkSndbuf = 4 << 20;
+  if (sys::Setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &kLinkSndbuf, sizeof(kLinkSndbuf)) != 0) {
+    sys::Setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kLinkSndbuf, sizeof(kLinkSndbuf));
+  }
+}
+
 absl::StatusOr<int> Connect(const std::string& path) {
   sockaddr_un sun;
   if (!FillAddress(path, &sun)) return absl::InvalidArgumentError("socket path too long");
   int fd = sys::Socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrFormat("socket: %s", strerror(errno)));
+  WidenSendBuffer(fd);
   if (sys::Connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0 &&
       errno != EINPROGRESS && errno != EAGAIN) {
     int err = errno;

@@ -38,6 +38,7 @@ absl::StatusOr<int> Listen(const std::string& path) {
 int Accept(int listen_fd) {
   int fd = sys::Accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return -1;
+  WidenSendBuffer(fd);
   return sys::MakeInternal(fd);
 }
 

@@ -1,0 +1,50 @@
+// engine/buffer_pool.cc — recycled storage for large payloads.
+#include "engine/buffer_pool.h"
+
+#include <atomic>
+#include <bit>
+
+namespace rds::buffer_pool {
+namespace {
+
+constexpr int kMinShift = 16;  // 64 KiB
+constexpr int kMaxShift = 20;  // 1 MiB (RDS_MAX_MSG_SIZE)
+constexpr int kClasses = kMaxShift - kMinShift + 1;
+constexpr int kSlots = 4;      // per class: 4 x (64K + … + 1M) < 8 MiB
+
+std::atomic<uint8_t*> slots[kClasses][kSlots];
+
+// The class of a size, or -1 when the pool does not keep it.
+int ClassOf(size_t size) {
+  if (size < (size_t{1} << kMinShift) || size > (size_t{1} << kMaxShift)) return -1;
+  return std::bit_width(size - 1) - kMinShift;  // ceil(log2(size)) - kMinShift
+}
+
+}  // namespace
+
+uint8_t* Allocate(size_t size) {
+  int c = ClassOf(size);
+  if (c < 0) return new uint8_t[size];
+  for (std::atomic<uint8_t*>& s : slots[c]) {
+    if (s.load(std::memory_order_relaxed) == nullptr) continue;
+    if (uint8_t* p = s.exchange(nullptr, std::memory_order_acquire)) return p;
+  }
+  return new uint8_t[size_t{1} << (c + kMinShift)];
+}
+
+void Release(uint8_t* p, size_t size) {
+  if (p == nullptr) return;
+  int c = ClassOf(size);
+  if (c >= 0) {
+    for (std::atomic<uint8_t*>& s : slots[c]) {
+      uint8_t* expected = nullptr;
+      if (s.compare_exchange_strong(expected, p, std::memory_order_release,
+                                    std::memory_order_relaxed)) {
+        return;
+      }
+    }
+  }
+  delete[] p;
+}
+
+}  // namespace rds::buffer_pool

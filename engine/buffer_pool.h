@@ -1,0 +1,26 @@
+// engine/buffer_pool.h — recycled storage for large payloads.
+//
+// A fresh allocation of 64 KiB or more comes from mmap (or from a heap that
+// glibc trims back to the kernel), so every 4 KiB page of it costs a page
+// fault on first touch: about 75 faults per 1 MiB message on each side
+// before this pool (DESIGN.md §9). Freed buffers of those sizes are kept, a
+// few per power-of-two size class (at most 8 MiB in all), and handed to the
+// next payload of the same class. Smaller buffers go to the heap as usual.
+//
+// Thread-safety: lock-free (atomic slots), so also safe across fork().
+#ifndef RDS_ENGINE_BUFFER_POOL_H_
+#define RDS_ENGINE_BUFFER_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rds::buffer_pool {
+
+// Storage for at least `size` bytes (size > 0), uninitialised.
+uint8_t* Allocate(size_t size);
+// Returns storage obtained from Allocate(size) (the same size).
+void Release(uint8_t* p, size_t size);
+
+}  // namespace rds::buffer_pool
+
+#endif  // RDS_ENGINE_BUFFER_POOL_H_
