@@ -148,43 +148,14 @@ void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
   // Fast path: the engine is idle and the destination's route and link are
   // established, so this thread transmits (or delivers in-process) itself and
   // the engine thread is not woken (DESIGN.md §9).
-  if (conf::Get().inline_send &&
-      loop_.TryRunInline([&] { return RouteAndQueueIfReady(ns, m); })) {
+  if (conf::Get().inline_send && loop_.TryRunInline([&] {
+        return RouteAndQueue(ns, m, /*may_set_up=*/false);
+      })) {
     return;
   }
   loop_.Post([this, m = std::move(m), ns = std::move(ns)]() mutable {
-    RouteAndQueue(ns, std::move(m));
+    RouteAndQueue(ns, m, /*may_set_up=*/true);
   });
-}
-
-bool Engine::RouteAndQueueIfReady(const std::shared_ptr<NetNs>& ns, MessagePtr& m) {
-  uint16_t port = m->header.dport;
-  if (port == 0 || m->cancelled.load()) return false;
-  auto cit = connections_.find(ConnKey{ns->key(), m->saddr, m->daddr});
-  if (cit == connections_.end()) return false;
-  Connection& c = *cit->second;
-  uint32_t owner;
-  if (c.local) {
-    if (m->port_gen) {
-      absl::StatusOr<uint32_t> now = c.ns->ports().PortGeneration(c.key.faddr, port);
-      if (!now.ok() || *now != *m->port_gen) return false;
-    }
-    owner = LocalOwner(c, port);
-    if (owner == pid_) {
-      DeliverLocally(c, std::move(m));
-      return true;
-    }
-  } else {
-    auto rit = c.routes.find(port);
-    if (rit == c.routes.end()) return false;
-    auto uit = c.unresolved.find(port);
-    if (uit != c.unresolved.end() && !uit->second.empty()) return false;
-    owner = rit->second.pid;
-  }
-  auto pit = c.paths.find(owner);
-  if (owner == 0 || pit == c.paths.end() || !pit->second->link) return false;
-  PathSend(*pit->second, std::move(m));
-  return true;
 }
 
 void Engine::DropMessage(const MessagePtr& m, int counter) {
@@ -230,14 +201,34 @@ uint32_t Engine::LocalOwner(Connection& c, uint16_t port) {
   return pid;
 }
 
-void Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m) {
-  if (m->cancelled.load()) return;
-  Connection& c = GetConnection(ns, m->saddr, m->daddr);
+bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up) {
+  if (m->cancelled.load()) return true;
+  Connection* cp;
+  if (may_set_up) {
+    cp = &GetConnection(ns, m->saddr, m->daddr);
+  } else {
+    auto it = connections_.find(ConnKey{ns->key(), m->saddr, m->daddr});
+    if (it == connections_.end()) return false;
+    cp = it->second.get();
+  }
+  Connection& c = *cp;
+  // Transmits on the path to engine `pid`; without set-up, only on a path
+  // whose link is already up.
+  auto send_on = [&](uint32_t pid) {
+    if (may_set_up) {
+      PathSend(GetPath(c, pid, true), std::move(m));
+      return true;
+    }
+    auto it = c.paths.find(pid);
+    if (it == c.paths.end() || !it->second->link) return false;
+    PathSend(*it->second, std::move(m));
+    return true;
+  };
   uint16_t port = m->header.dport;
   if (c.local) {
     if (port == 0) {
       DeliverLocally(c, std::move(m));
-      return;
+      return true;
     }
     if (m->port_gen) {
       absl::StatusOr<uint32_t> now = c.ns->ports().PortGeneration(c.key.faddr, port);
@@ -245,7 +236,7 @@ void Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m) {
         // The port was closed or re-bound after this message was sent: it
         // was addressed to a socket that no longer exists.
         DropMessage(m, stats::kShimSendDropNoRoute);
-        return;
+        return true;
       }
     }
     uint32_t owner = LocalOwner(c, port);
@@ -254,21 +245,23 @@ void Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m) {
     } else if (owner == 0) {
       DropMessage(m, stats::kShimSendDropNoRoute);
     } else {
-      PathSend(GetPath(c, owner, true), std::move(m));
+      return send_on(owner);
     }
-    return;
+    return true;
   }
   if (port == 0) {
     if (Path* p = c.AnyUpPath()) {
       PathSend(*p, std::move(m));
-      return;
+      return true;
     }
-  } else if (auto it = c.routes.find(port); it != c.routes.end() && c.unresolved[port].empty()) {
-    PathSend(GetPath(c, it->second.pid, true), std::move(m));
-    return;
+  } else if (auto it = c.routes.find(port); it != c.routes.end()) {
+    auto queued = c.unresolved.find(port);
+    if (queued == c.unresolved.end() || queued->second.empty()) return send_on(it->second.pid);
   }
+  if (!may_set_up) return false;
   c.unresolved[port].push_back(std::move(m));
   Resolve(c, port);
+  return true;
 }
 
 // Same-process delivery: the kernel's loopback transport.

@@ -114,10 +114,11 @@ class Engine {
   Connection& GetConnection(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr,
                             const RdsAddr& faddr);
   Path& GetPath(Connection& c, uint32_t pid, bool connect);
-  void RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr m);
-  // RouteAndQueue for a message whose route and link are ready; false (and
-  // nothing changed, `m` untouched) when anything would have to be set up.
-  bool RouteAndQueueIfReady(const std::shared_ptr<NetNs>& ns, MessagePtr& m);
+  // Routes `m` and queues, transmits, delivers or drops it (taking it).
+  // Without `may_set_up` (the inline send path) it declines — returns false,
+  // `m` untouched, nothing changed but caches — whenever a connection, route
+  // query or link would have to be set up first.
+  bool RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up);
   uint32_t LocalOwner(Connection& c, uint16_t port);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);

@@ -130,15 +130,12 @@ void Ready() {
 int RdsSocket(const std::string& ip, int port, bool big_buffers = true) {
   int fd = socket(AF_RDS, SOCK_SEQPACKET, 0);
   if (fd < 0) Die("socket(AF_RDS) (is the shim preloaded?)");
-  if (!big_buffers) {
-    sockaddr_in sin = Addr(ip, port);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) Die("bind");
-    return fd;
+  if (big_buffers) {
+    // Room for several maximum-size messages in flight, as rds-stress sizes its buffers.
+    int buf = 8 << 20;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf)) != 0) Die("SO_SNDBUF");
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf)) != 0) Die("SO_RCVBUF");
   }
-  // Room for several maximum-size messages in flight, as rds-stress sizes its buffers.
-  int buf = 8 << 20;
-  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf)) != 0) Die("SO_SNDBUF");
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf)) != 0) Die("SO_RCVBUF");
   sockaddr_in sin = Addr(ip, port);
   if (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) Die("bind");
   return fd;

@@ -8,7 +8,8 @@
 // in this round (EventLoop::Defer), so a burst of sends costs one writev. Invalid
 // framing from the peer closes the link (counted as shim_conn_drop_bad_input).
 //
-// Thread-safety: engine thread only.
+// Thread-safety: with the engine's event-loop run lock held (the engine
+// thread, or an application thread on the inline send path).
 #ifndef RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
 #define RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
 
