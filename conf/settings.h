@@ -30,6 +30,9 @@ struct Settings {
   int64_t rmem_default;
   bool ping_enable;            // net.rds.ping_enable
   bool inline_send;            // sendmsg transmits on the calling thread when it can
+  // A thread blocked in recvmsg runs the engine's event loop itself; the engine thread stays
+  // parked this long after such a thread returns (0: blocked threads only sleep).
+  int64_t recv_drive_lease_us;
   int64_t reconnect_min_delay_ms;  // net.rds.reconnect_min_delay_ms
   int64_t reconnect_max_delay_ms;  // net.rds.reconnect_max_delay_ms
   int64_t max_unacked_packets;  // net.rds.max_unacked_packets

@@ -1,5 +1,6 @@
 // engine/engine.cc — the engine thread: routing, links, hellos, delivery.
 #include "engine/engine.h"
+#include "engine/waiter.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -1168,7 +1169,17 @@ void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shar
 // ---------------------------------------------------------------------------
 // Introspection.
 
-bool Engine::OnEngineThread() const { return gettid() == loop_tid_.load(); }
+// A thread running the loop (the engine thread, or one sending inline or
+// driving) owns the loop's state just as the engine thread does.
+bool Engine::OnEngineThread() const {
+  return EventLoop::InLoop() || gettid() == loop_tid_.load();
+}
+
+absl::Status Engine::WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline) {
+  absl::Status result;
+  if (loop_.Drive(waiter, deadline, &result)) return result;
+  return waiter.Sleep(deadline);
+}
 
 std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
   auto collect = [this, ns] {

@@ -37,6 +37,7 @@
 namespace rds {
 
 class RdsSocket;
+class Waiter;
 
 // What RDS_INFO and rdsctl show of the engine's connections (a copy taken on
 // the engine thread).
@@ -76,6 +77,11 @@ class Engine {
 
   // Routes and transmits a message admitted by sendmsg.
   void Submit(MessagePtr m, std::shared_ptr<NetNs> ns);
+
+  // Waits for `waiter` as Waiter::Sleep does (same results), running the
+  // event loop on this thread meanwhile when it can (EventLoop::Drive): the
+  // blocking wait of recvmsg. Call with no locks held.
+  absl::Status WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline);
 
   // UEK RDS_CONN_RESET: drop the links of the connections from `src` to
   // `dst`; queued messages go again after the reconnect.

@@ -1,20 +1,44 @@
 // engine/event_loop.cc — epoll, timers and posted tasks.
 #include "engine/event_loop.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <cstdint>
+#include <limits>
 
 #include "absl/time/clock.h"
+#include "conf/settings.h"
+#include "engine/errors.h"
 #include "engine/log.h"
+#include "engine/signals.h"
+#include "engine/stats.h"
 #include "engine/sys.h"
+#include "engine/waiter.h"
 
 namespace rds {
+namespace {
 
-EventLoop::EventLoop() {
+constexpr int kMaxEvents = 64;
+
+// The thread holds the run lock (InLoop()).
+thread_local bool t_in_loop = false;
+
+int64_t MonotonicNow() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+EventLoop::EventLoop() : lease_(absl::Microseconds(conf::Get().recv_drive_lease_us)) {
   epfd_ = sys::MakeInternal(epoll_create1(EPOLL_CLOEXEC));
   wake_fd_ = sys::MakeInternal(sys::EventFd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   struct epoll_event ev = {};
@@ -66,10 +90,8 @@ void EventLoop::Post(Task task) {
     was_empty = tasks_.empty();
     tasks_.push_back(std::move(task));
   }
-  if (was_empty && sleeping_.load(std::memory_order_seq_cst)) {
-    uint64_t one = 1;
-    sys::Write(wake_fd_, &one, sizeof(one));
-  }
+  // A thread running the loop drains the queue before it sleeps.
+  if (was_empty && !t_in_loop) Kick();
 }
 
 void EventLoop::Defer(Task task) { deferred_.push_back(std::move(task)); }
@@ -111,8 +133,12 @@ void EventLoop::RunDueTimers() {
   }
 }
 
+bool EventLoop::InLoop() { return t_in_loop; }
+
 bool EventLoop::TryRunInline(absl::FunctionRef<bool()> fn) {
   if (!run_mu_.TryLock()) return false;
+  t_in_loop = true;
+  WakeBatch wakes;
   bool idle;
   {
     rds::MutexLock lock(&task_mu_);
@@ -122,58 +148,251 @@ bool EventLoop::TryRunInline(absl::FunctionRef<bool()> fn) {
   bool done = idle && fn();
   if (done) RunDeferred();
   // A timer started here may be due before the sleeping loop's timeout.
-  const bool wake = next_timer_ != timers_before && sleeping_.load(std::memory_order_seq_cst);
-  run_mu_.Unlock();
-  if (wake) {
-    uint64_t one = 1;
-    sys::Write(wake_fd_, &one, sizeof(one));
+  const bool new_timer = next_timer_ != timers_before;
+  bool pending;
+  {
+    rds::MutexLock lock(&task_mu_);
+    pending = !tasks_.empty();  // posted by fn (it cannot run them: order)
   }
+  t_in_loop = false;
+  run_mu_.Unlock();
+  wakes.Flush();
+  if (new_timer || pending) Kick();
   return done;
 }
 
+void EventLoop::Dispatch(const struct epoll_event* events, int n) {
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == wake_fd_) {
+      uint64_t v;
+      sys::Read(wake_fd_, &v, sizeof(v));
+      continue;
+    }
+    auto it = handlers_.find(fd);
+    if (it == handlers_.end()) {
+      // A driver's waiter fired, but epoll gave the event to this thread:
+      // signal it again (after the run lock is released, when this thread is
+      // not in epoll_wait, so the driver gets the new edge).
+      if (fd == driver_fd_.load(std::memory_order_relaxed)) WakeBatch::Current()->QueueFd(fd);
+      continue;
+    }
+    std::shared_ptr<FdHandler> h = it->second;  // survives Remove() inside the handler
+    (*h)(events[i].events);
+  }
+}
+
+void EventLoop::Kick() {
+  // A polling thread (the loop thread or a driver) drains the queue before it
+  // sleeps again; only a parked loop thread needs the other door.
+  if (pollers_.load(std::memory_order_seq_cst) > 0) {
+    uint64_t one = 1;
+    sys::Write(wake_fd_, &one, sizeof(one));
+  } else if (parked_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    park_kick_ = true;
+    park_cv_.notify_one();
+  }
+}
+
+bool EventLoop::ShouldPark() {
+  if (lease_ <= absl::ZeroDuration()) return false;
+  if (driving_.load(std::memory_order_seq_cst)) return true;
+  int64_t since = MonotonicNow() - last_drive_end_ns_.load(std::memory_order_relaxed);
+  return last_drive_end_ns_.load(std::memory_order_relaxed) != 0 &&
+         since < absl::ToInt64Nanoseconds(lease_);
+}
+
+void EventLoop::Park(absl::Time until) {
+  std::unique_lock<std::mutex> lock(park_mu_);
+  park_cv_.wait_until(lock, absl::ToChronoTime(until), [this] { return park_kick_; });
+  park_kick_ = false;
+}
+
 void EventLoop::Run() {
-  constexpr int kMaxEvents = 64;
   struct epoll_event events[kMaxEvents];
-  rds::MutexLock run(&run_mu_);
+  int n = 0;
+  absl::Duration park_for = lease_;
+  uint64_t seen_sessions = 0;
+  run_mu_.Lock();
+  t_in_loop = true;
   while (!stop_.load(std::memory_order_relaxed)) {
+    // Wake-ups of application threads wait until the run lock is released (waiter.h).
+    WakeBatch wakes;
+    Dispatch(events, n);
+    n = 0;
     DrainTasks();
     RunDueTimers();
     RunDeferred();
+    if (deferred_.empty() && ShouldPark()) {
+      // A driver polls (or did a moment ago, and probably will again): stay out of its way.
+      const uint64_t sessions = drive_sessions_.load(std::memory_order_relaxed);
+      if (driving_.load(std::memory_order_relaxed) && sessions == seen_sessions) {
+        park_for = std::min(park_for * 2, absl::Milliseconds(64));  // one long session
+      } else {
+        park_for = lease_;
+      }
+      seen_sessions = sessions;
+      absl::Time until = absl::Now() + park_for;
+      int timer_ms = NextTimeoutMs();
+      if (timer_ms >= 0) until = std::min(until, absl::Now() + absl::Milliseconds(timer_ms));
+      long_park_.store(park_for > lease_, std::memory_order_seq_cst);
+      parked_.store(true, std::memory_order_seq_cst);
+      bool pending;
+      {
+        // Re-check after announcing the park (as before sleeping, below).
+        rds::MutexLock lock(&task_mu_);
+        pending = !tasks_.empty();
+      }
+      t_in_loop = false;
+      run_mu_.Unlock();
+      wakes.Flush();
+      if (!pending) Park(until);
+      parked_.store(false, std::memory_order_seq_cst);
+      long_park_.store(false, std::memory_order_relaxed);
+      run_mu_.Lock();
+      t_in_loop = true;
+      continue;
+    }
+    park_for = lease_;
     int timeout = deferred_.empty() ? NextTimeoutMs() : 0;
-    sleeping_.store(true, std::memory_order_seq_cst);
+    pollers_.fetch_add(1, std::memory_order_seq_cst);
     {
-      // Re-check after announcing sleep: a Post() that saw sleeping_==false
-      // did not write the eventfd, so its task must be picked up now.
+      // Re-check after announcing sleep: a Post() that saw no poller did not
+      // write the eventfd, so its task must be picked up now.
       rds::MutexLock lock(&task_mu_);
       if (!tasks_.empty()) timeout = 0;
     }
+    t_in_loop = false;
     run_mu_.Unlock();
-    int n = sys::EpollWait(epfd_, events, kMaxEvents, timeout);
+    wakes.Flush();
+    n = sys::EpollWait(epfd_, events, kMaxEvents, timeout);
+    int err = errno;
     run_mu_.Lock();
-    sleeping_.store(false, std::memory_order_seq_cst);
+    t_in_loop = true;
+    pollers_.fetch_sub(1, std::memory_order_seq_cst);
     if (n < 0) {
-      if (errno != EINTR) log::Error("epoll_wait: %s", strerror(errno));
-      continue;
-    }
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == wake_fd_) {
-        uint64_t v;
-        sys::Read(wake_fd_, &v, sizeof(v));
-        continue;
-      }
-      auto it = handlers_.find(fd);
-      if (it == handlers_.end()) continue;
-      std::shared_ptr<FdHandler> h = it->second;  // survives Remove() inside the handler
-      (*h)(events[i].events);
+      if (err != EINTR) log::Error("epoll_wait: %s", strerror(err));
+      n = 0;
     }
   }
+  t_in_loop = false;
+  run_mu_.Unlock();
+}
+
+bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result) {
+  if (lease_ <= absl::ZeroDuration()) return false;
+  const signals::Interrupted on_signal = signals::Policy();
+  if (on_signal == signals::Interrupted::kMixed) return false;
+  // Signals wait until this thread sleeps in epoll_pwait: a handler must never
+  // run while this thread holds the run lock (or in the middle of a handler).
+  sigset_t all, app_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &app_mask);
+  bool expected = false;
+  if (!driving_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+    pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
+    return false;
+  }
+  // Whoever holds the run lock now (the loop thread in a round, a thread
+  // sending inline) releases it soon and never waits for this thread.
+  run_mu_.Lock();
+  t_in_loop = true;
+  drive_sessions_.fetch_add(1, std::memory_order_relaxed);
+  stats::Inc(stats::kShimRecvWaitsDriven);
+  // Its waiter's timerfd joins the set while it drives, so that another
+  // thread's Wake() (a delivery, a close) ends its epoll_wait. Edge-triggered:
+  // nobody reads it here.
+  const int wfd = waiter.fd();
+  struct epoll_event wev = {};
+  wev.events = EPOLLIN | EPOLLET;
+  wev.data.fd = wfd;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
+  driver_fd_.store(wfd, std::memory_order_seq_cst);
+  // The loop thread may be in epoll_wait: make it look again (and park).
+  if (pollers_.load(std::memory_order_seq_cst) > 0) {
+    uint64_t one = 1;
+    sys::Write(wake_fd_, &one, sizeof(one));
+  }
+
+  struct epoll_event events[kMaxEvents];
+  int n = 0;
+  WakeBatch wakes;
+  for (;;) {
+    Dispatch(events, n);
+    n = 0;
+    DrainTasks();
+    RunDueTimers();
+    RunDeferred();
+    if (waiter.TakeWake()) {
+      *result = absl::OkStatus();
+      break;
+    }
+    int timeout = deferred_.empty() ? NextTimeoutMs() : 0;
+    if (deadline) {
+      absl::Duration left = *deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        *result = RdsError(ETIMEDOUT);
+        break;
+      }
+      int ms = static_cast<int>(
+          std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+                            std::numeric_limits<int>::max()));
+      timeout = timeout < 0 ? ms : std::min(timeout, ms);
+    }
+    pollers_.fetch_add(1, std::memory_order_seq_cst);
+    {
+      rds::MutexLock lock(&task_mu_);
+      if (!tasks_.empty()) timeout = 0;
+    }
+    t_in_loop = false;
+    run_mu_.Unlock();
+    wakes.Flush();
+    n = sys::EpollPwait(epfd_, events, kMaxEvents, timeout, &app_mask);
+    int err = errno;
+    run_mu_.Lock();
+    t_in_loop = true;
+    pollers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (n < 0) {
+      n = 0;
+      if (err != EINTR) {
+        log::Error("epoll_wait: %s", strerror(err));
+        continue;
+      }
+      // A handler ran. Kernel RDS's wait returns -ERESTARTSYS (waiter.h).
+      if (on_signal == signals::Interrupted::kEintr) {
+        *result = RdsError(EINTR);
+        break;
+      }
+    }
+  }
+  driver_fd_.store(-1, std::memory_order_seq_cst);
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
+  last_drive_end_ns_.store(MonotonicNow(), std::memory_order_relaxed);
+  driving_.store(false, std::memory_order_seq_cst);
+  bool pending;
+  {
+    // Work posted by this round's handlers (an urgent ack) that the parked
+    // loop thread would otherwise leave for a lease.
+    rds::MutexLock lock(&task_mu_);
+    pending = !tasks_.empty();
+  }
+  t_in_loop = false;
+  run_mu_.Unlock();
+  wakes.Flush();
+  // A session that outlived the loop thread's lease: it parked for longer, wake it now.
+  if (pending || long_park_.load(std::memory_order_seq_cst)) Kick();
+  pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
+  return true;
 }
 
 void EventLoop::Stop() {
   stop_.store(true);
   uint64_t one = 1;
   sys::Write(wake_fd_, &one, sizeof(one));
+  std::lock_guard<std::mutex> lock(park_mu_);
+  park_kick_ = true;
+  park_cv_.notify_one();
 }
 
 }  // namespace rds

@@ -7,25 +7,45 @@
 // work inline (TryRunInline): the send fast path, which then skips waking the
 // loop thread.
 //
+// Driving (DESIGN.md §9): an application thread about to block in recvmsg
+// becomes the loop for as long as it waits (Drive): it sleeps in epoll_wait on
+// the loop's epoll set, with its Waiter's timerfd added, and handles whatever
+// is ready itself — so an arriving message costs one wake-up (of the thread
+// that wants it) instead of two (the loop thread's, then the reader's). Only
+// one thread drives at a time. While a driver exists, and for a lease after
+// the last one returned, the loop thread parks instead of polling, so that
+// epoll's wake-ups go to the driver; a posted task ends the park at once, the
+// lease ends it otherwise (a timer may therefore run up to one lease late while
+// threads come and go). A park that outlives a lease doubles, up to 64 ms, and
+// the driver whose session outlived it wakes the loop thread on return.
+//
 // Thread-safety: Post() and TryRunInline() are safe from any thread;
 // everything else must be called with the run lock held (on the loop thread,
 // or inside TryRunInline).
 #ifndef RDS_ENGINE_EVENT_LOOP_H_
 #define RDS_ENGINE_EVENT_LOOP_H_
 
+#include <sys/epoll.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <mutex>
+#include <optional>
 #include <functional>
 #include <queue>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/functional/function_ref.h"
 #include "engine/sync.h"
 #include "absl/time/time.h"
 
 namespace rds {
+
+class Waiter;
 
 class EventLoop {
  public:
@@ -60,6 +80,17 @@ class EventLoop {
   // earlier is never overtaken.
   bool TryRunInline(absl::FunctionRef<bool()> fn);
 
+  // Any thread but the loop thread, with no locks held: waits for `waiter`
+  // (as Waiter::Sleep does, with the same results and signal behaviour) while
+  // running the loop. False if it cannot drive now (another thread drives,
+  // the signal dispositions are mixed, driving is off); the caller then
+  // sleeps normally.
+  bool Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result);
+
+  // True on a thread that holds the run lock (the loop thread in a round, or a
+  // thread running inline or driving).
+  static bool InLoop();
+
   // Runs until Stop(); call on the loop thread.
   void Run();
   void Stop();
@@ -71,6 +102,10 @@ class EventLoop {
     bool operator>(const Timer& o) const { return when > o.when || (when == o.when && id > o.id); }
   };
 
+  void Dispatch(const struct epoll_event* events, int n);
+  bool ShouldPark();
+  void Park(absl::Time until);
+  void Kick();
   void DrainTasks();
   void RunDeferred();
   int NextTimeoutMs();
@@ -89,9 +124,21 @@ class EventLoop {
   rds::Mutex run_mu_;
   rds::Mutex task_mu_;
   std::deque<Task> tasks_ ABSL_GUARDED_BY(task_mu_);
-  // True while the loop thread may be blocked in epoll_wait: Post() writes
-  // the eventfd only then.
-  std::atomic<bool> sleeping_{false};
+  // Threads that may be blocked in epoll_wait: Post() writes the eventfd only
+  // then.
+  std::atomic<int> pollers_{0};
+
+  // Driving (see the top of this file).
+  const absl::Duration lease_;
+  std::atomic<bool> driving_{false};       // a thread is in Drive()
+  std::atomic<int> driver_fd_{-1};         // its waiter's timerfd
+  std::atomic<uint64_t> drive_sessions_{0};
+  std::atomic<int64_t> last_drive_end_ns_{0};
+  std::atomic<bool> parked_{false};        // the loop thread is parked (or about to be)
+  std::atomic<bool> long_park_{false};     // ... for longer than a lease
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+  bool park_kick_ = false;  // guarded by park_mu_
 };
 
 }  // namespace rds

@@ -44,6 +44,7 @@ void ResetEngineAfterFork() {
   ResetSocketListAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();
+  Waiter::ResetFreeListAfterFork();
   Waiter::ForThisThread().Reopen();
 }
 

@@ -11,6 +11,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "engine/cong.h"
+#include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
@@ -203,7 +204,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     if (waiter) {
-      absl::Status slept = waiter->Sleep(deadline);
+      absl::Status slept = Engine::Get().WaitDriving(*waiter, deadline);
       if (!slept.ok()) {
         rds::MutexLock lock(&rs.mu);
         rs.RemoveWaiterLocked(waiter);

@@ -60,6 +60,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_fault_injected",
     "shim_peer_restarts",
     "shim_link_refused",
+    "shim_recv_waits_driven",
 };
 
 }  // namespace

@@ -65,6 +65,7 @@ enum Counter : int {
   kShimFaultInjected,        // test-only fault injection fired
   kShimPeerRestarts,         // a peer engine came back with a new generation
   kShimLinkRefused,          // a same-host link from a user not allowed to link
+  kShimRecvWaitsDriven,      // blocking recvmsg waits that ran the event loop themselves
   kNumCounters,
 };
 

@@ -114,6 +114,11 @@ int Open(const char* path, int flags, mode_t mode) {
 int EpollWait(int epfd, struct epoll_event* events, int max, int timeout_ms) {
   return static_cast<int>(syscall(SYS_epoll_wait, epfd, events, max, timeout_ms));
 }
+int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
+               const sigset_t* mask) {
+  return static_cast<int>(
+      syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, size_t{8}));
+}
 int EventFd(unsigned int initval, int flags) {
   return static_cast<int>(syscall(SYS_eventfd2, initval, flags));
 }

@@ -56,6 +56,9 @@ int Ioctl(int fd, unsigned long request, void* arg);
 int Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
 int Open(const char* path, int flags, mode_t mode);
 int EpollWait(int epfd, struct epoll_event* events, int max, int timeout_ms);
+// epoll_pwait: `mask` is the signal mask while waiting (the kernel's 8-byte sigset).
+int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
+               const sigset_t* mask);
 int EventFd(unsigned int initval, int flags);
 int Setns(int fd, int nstype);
 

@@ -19,6 +19,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/errors.h"
+#include "engine/sync.h"
 #include "engine/sys.h"
 
 // <linux/timerfd.h> defines it but clashes with <sys/timerfd.h>.
@@ -48,16 +49,48 @@ void Disarm(int fd) {
 // False once the kernel has refused TFD_IOC_SET_TICKS (then wakes arm the timer).
 std::atomic<bool> g_set_ticks_works{true};
 
+// Waiters of exited threads, for the next new thread.
+rds::Mutex g_free_mu(absl::kConstInit);
+std::vector<Waiter*>* g_free ABSL_GUARDED_BY(g_free_mu) = nullptr;
+
+thread_local WakeBatch* t_wake_batch = nullptr;
+thread_local Waiter* t_own_waiter = nullptr;
+
 }  // namespace
 
 Waiter& Waiter::ForThisThread() {
-  thread_local Waiter waiter;
-  return waiter;
+  struct Slot {
+    Waiter* w;
+    Slot() {
+      {
+        rds::MutexLock lock(&g_free_mu);
+        if (g_free != nullptr && !g_free->empty()) {
+          w = g_free->back();
+          g_free->pop_back();
+          return;
+        }
+      }
+      w = new Waiter();
+    }
+    ~Slot() {
+      w->Reset();
+      rds::MutexLock lock(&g_free_mu);
+      if (g_free == nullptr) g_free = new std::vector<Waiter*>();
+      g_free->push_back(w);
+    }
+  };
+  thread_local Slot slot;
+  t_own_waiter = slot.w;
+  return *slot.w;
+}
+
+void Waiter::ResetFreeListAfterFork() {
+  // The lock may have been held by a thread that does not exist here.
+  new (&g_free_mu) rds::Mutex();
+  g_free = nullptr;  // their timerfds were closed; the objects are leaked
 }
 
 Waiter::Waiter() : fd_(NewTimerFd()) {}
-
-Waiter::~Waiter() { sys::CloseInternal(fd_); }
 
 void Waiter::Reopen() {
   fd_ = NewTimerFd();
@@ -65,14 +98,26 @@ void Waiter::Reopen() {
 }
 
 void Waiter::Wake() {
-  woken_.store(true, std::memory_order_seq_cst);
+  // Already woken: the owner has not consumed that wake-up yet, or consumed
+  // it and will re-check the state this Wake() announces before sleeping.
+  if (woken_.exchange(true, std::memory_order_seq_cst)) return;
+  // The owner itself (delivering while it drives the loop) is awake.
+  if (this == t_own_waiter) return;
+  if (WakeBatch* batch = t_wake_batch) {
+    batch->queued_.push_back(this);
+    return;
+  }
+  Signal();
+}
+
+void Waiter::SignalFd(int fd) {
   if (g_set_ticks_works.load(std::memory_order_relaxed)) {
     uint64_t ticks = 1;
-    if (sys::Ioctl(fd_, TFD_IOC_SET_TICKS, &ticks) == 0) return;
+    if (sys::Ioctl(fd, TFD_IOC_SET_TICKS, &ticks) == 0) return;
     if (errno != ENOTTY && errno != EINVAL) return;  // e.g. EBADF after a fork: nobody sleeps
     g_set_ticks_works.store(false, std::memory_order_relaxed);
   }
-  Arm(fd_, absl::ZeroDuration());
+  Arm(fd, absl::ZeroDuration());
 }
 
 void Waiter::Reset() {
@@ -105,6 +150,22 @@ absl::Status Waiter::Sleep(std::optional<absl::Time> deadline) {
   woken_.store(false);
   if (deadline && absl::Now() >= *deadline) return RdsError(ETIMEDOUT);
   return absl::OkStatus();
+}
+
+WakeBatch::WakeBatch() : outer_(t_wake_batch) { t_wake_batch = this; }
+
+WakeBatch::~WakeBatch() {
+  t_wake_batch = outer_;
+  Flush();
+}
+
+WakeBatch* WakeBatch::Current() { return t_wake_batch; }
+
+void WakeBatch::Flush() {
+  for (Waiter* w : queued_) w->Signal();
+  queued_.clear();
+  for (int fd : queued_fds_) Waiter::SignalFd(fd);
+  queued_fds_.clear();
 }
 
 }  // namespace rds

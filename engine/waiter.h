@@ -9,6 +9,17 @@
 // the call after an SA_RESTART handler and gives EINTR otherwise — with or
 // without SO_RCVTIMEO/SO_SNDTIMEO (unlike sockets that use sock_intr_errno).
 //
+// A thread that holds the event loop's run lock defers its Wake() system
+// calls (WakeBatch) until it has released the lock: a woken application
+// thread on the same core preempts its waker at once, and would otherwise find
+// the run lock and the socket's lock still held (a futex round trip and two
+// extra context switches per message, measured: DESIGN.md §9).
+//
+// Waiter objects live as long as the process: a thread's waiter returns to a
+// free list at thread exit and serves the next new thread, so a Wake() that
+// races its owner's exit reaches a live object (at worst a spurious wake-up,
+// which every sleeper tolerates).
+//
 // Thread-safety: Wake() is safe from any thread; Sleep() only on the owning
 // thread.
 #ifndef RDS_ENGINE_WAITER_H_
@@ -17,6 +28,8 @@
 #include <atomic>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
+
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
@@ -24,8 +37,11 @@ namespace rds {
 
 class Waiter {
  public:
-  // The calling thread's waiter (created on first use, closed at thread exit).
+  // The calling thread's waiter (taken from the free list or created on first
+  // use, returned to the free list at thread exit).
   static Waiter& ForThisThread();
+  // In a fork child: forget the free list (its timerfds were closed).
+  static void ResetFreeListAfterFork();
 
   // Wakes the owner (or makes its next Sleep() return at once).
   void Wake();
@@ -33,6 +49,8 @@ class Waiter {
   // OK when woken (possibly spuriously), RdsError(ETIMEDOUT) at the deadline,
   // RdsError(EINTR) for a signal whose handler lacks SA_RESTART.
   absl::Status Sleep(std::optional<absl::Time> deadline);
+  // Consumes a wake-up announced since the last Sleep() or TakeWake().
+  bool TakeWake() { return woken_.exchange(false, std::memory_order_seq_cst); }
   // Clears a pending wake-up and disarms the timer.
   void Reset();
   // Replaces the timerfd (in a fork child, whose inherited one was closed).
@@ -43,13 +61,45 @@ class Waiter {
 
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
-  ~Waiter();
 
  private:
+  friend class WakeBatch;
   Waiter();
+  ~Waiter() = delete;  // never destroyed (see above)
+  // The system call that ends the owner's read() (or epoll_wait, driving).
+  void Signal() { SignalFd(fd_); }
+  static void SignalFd(int fd);
   int fd_;
   std::atomic<bool> woken_{false};
   bool armed_ = false;  // a deadline may still be armed (owning thread only)
+};
+
+// Defers the Wake() system calls made on this thread while it exists (they
+// only set the waiter's flag and queue it), until Flush(). Nests: the
+// innermost batch collects. Not movable; one thread only.
+class WakeBatch {
+ public:
+  WakeBatch();
+  // Stops collecting and flushes whatever is still queued.
+  ~WakeBatch();
+  WakeBatch(const WakeBatch&) = delete;
+  WakeBatch& operator=(const WakeBatch&) = delete;
+
+  // Wakes everything queued so far (and keeps collecting). Call it after
+  // releasing the locks a woken thread will want.
+  void Flush();
+  // Queues a wake-up of the waiter whose timerfd is `fd` (the event loop
+  // forwarding an epoll event that reached the wrong thread).
+  void QueueFd(int fd) { queued_fds_.push_back(fd); }
+
+  // The batch collecting on this thread, or null.
+  static WakeBatch* Current();
+
+ private:
+  friend class Waiter;
+  absl::InlinedVector<Waiter*, 8> queued_;
+  absl::InlinedVector<int, 2> queued_fds_;
+  WakeBatch* outer_;
 };
 
 }  // namespace rds

@@ -99,6 +99,13 @@ int ioctl(int fd, unsigned long r, void* a) {
 int dup(int fd) { RDS_REAL(dup, fd); }
 int dup2(int o, int n) { RDS_REAL(dup2, o, n); }
 int dup3(int o, int n, int f) { RDS_REAL(dup3, o, n, f); }
+int sigaction(int sig, const struct sigaction* a, struct sigaction* o) {
+  RDS_REAL(sigaction, sig, a, o);
+}
+sighandler_t signal(int sig, sighandler_t h) { RDS_REAL(signal, sig, h); }
+sighandler_t sysv_signal(int sig, sighandler_t h) { RDS_REAL(sysv_signal, sig, h); }
+sighandler_t sigset(int sig, sighandler_t h) { RDS_REAL(sigset, sig, h); }
+int siginterrupt(int sig, int flag) { RDS_REAL(siginterrupt, sig, flag); }
 int close(int fd) { RDS_REAL(close, fd); }
 int close_range(unsigned int first, unsigned int last, int flags) {
   using Fn = int(unsigned int, unsigned int, int);

@@ -60,6 +60,11 @@ int dup2(int oldfd, int newfd);
 int dup3(int oldfd, int newfd, int flags);
 int close(int fd);
 int close_range(unsigned int first, unsigned int last, int flags);
+int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+sighandler_t signal(int sig, sighandler_t handler);
+sighandler_t sysv_signal(int sig, sighandler_t handler);
+sighandler_t sigset(int sig, sighandler_t handler);
+int siginterrupt(int sig, int flag);
 
 }  // namespace rds::real
 

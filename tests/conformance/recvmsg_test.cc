@@ -614,6 +614,80 @@ TEST(Recvmsg, RecvmsgNonblockingDeliversAPendingZerocopyCompletion) {
 }
 
 // ---- DESIGN.md §2.2 / §A.5: blocking receive and signals -------------------------------------------
+//
+// Each signal test runs twice (DESIGN.md §9.3): once with the blocked thread sleeping on its
+// timerfd (the kernel decides restart or EINTR), once with it driving the engine's event loop in
+// epoll_pwait (the shim decides, from the process's signal dispositions). Which one happens is
+// chosen through the dispositions: the test's SIGUSR1 handler and the harness's SIGALRM watchdog
+// get the same SA_RESTART flag (uniform: the thread drives) or opposite ones (mixed: it sleeps).
+// The shim_recv_waits_driven counter proves which path ran.
+
+enum class WaitPath { kSleeping, kDriving };
+
+std::string WaitPathName(const testing::TestParamInfo<WaitPath>& info) {
+  return info.param == WaitPath::kDriving ? "Driving" : "Sleeping";
+}
+
+// The value of one RDS_INFO_COUNTERS counter of this process.
+uint64_t ReadCounter(const char* name) {
+  Fd s = RdsSocket();
+  if (!s.ok()) return 0;
+  std::vector<rds_info_counter> buf(512);
+  socklen_t len = static_cast<socklen_t>(buf.size() * sizeof(rds_info_counter));
+  if (::getsockopt(s.get(), SOL_RDS, RDS_INFO_COUNTERS, buf.data(), &len) < 0) return 0;
+  for (size_t i = 0; i < len / sizeof(rds_info_counter); ++i) {
+    if (strncmp(reinterpret_cast<const char*>(buf[i].name), name, sizeof(buf[i].name)) == 0) {
+      return buf[i].value;
+    }
+  }
+  ADD_FAILURE() << "no counter " << name;
+  return 0;
+}
+
+// Gives the harness's SIGALRM watchdog handler SA_RESTART or not, for the test's duration.
+class ScopedAlarmRestartFlag {
+ public:
+  explicit ScopedAlarmRestartFlag(bool restart) {
+    sigaction(SIGALRM, nullptr, &old_);
+    struct sigaction sa = old_;
+    sa.sa_flags = restart ? (old_.sa_flags | SA_RESTART) : (old_.sa_flags & ~SA_RESTART);
+    sigaction(SIGALRM, &sa, nullptr);
+  }
+  ~ScopedAlarmRestartFlag() { sigaction(SIGALRM, &old_, nullptr); }
+  ScopedAlarmRestartFlag(const ScopedAlarmRestartFlag&) = delete;
+  ScopedAlarmRestartFlag& operator=(const ScopedAlarmRestartFlag&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
+
+class RecvmsgSignal : public testing::TestWithParam<WaitPath> {
+ protected:
+  // Installs the SIGUSR1 handler and arranges the wait path; call first.
+  void Handle(bool restart) {
+    handler_.emplace(SIGUSR1, restart);
+    const bool uniform = GetParam() == WaitPath::kDriving;
+    alarm_flag_.emplace(uniform ? restart : !restart);
+    driven_before_ = ReadCounter("shim_recv_waits_driven");
+  }
+  // After the blocking call returned: the path it took was the one asked for.
+  void ExpectPath() {
+    uint64_t driven = ReadCounter("shim_recv_waits_driven") - driven_before_;
+    if (GetParam() == WaitPath::kDriving) {
+      EXPECT_GT(driven, 0u) << "the blocked recvmsg did not drive the event loop";
+    } else {
+      EXPECT_EQ(driven, 0u) << "the blocked recvmsg drove the event loop with mixed handlers";
+    }
+  }
+
+ private:
+  std::optional<ScopedSignalHandler> handler_;
+  std::optional<ScopedAlarmRestartFlag> alarm_flag_;
+  uint64_t driven_before_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(BothWaitPaths, RecvmsgSignal,
+                         testing::Values(WaitPath::kSleeping, WaitPath::kDriving), WaitPathName);
 
 long BlockingRecv(int fd) {
   char b[64];
@@ -621,11 +695,11 @@ long BlockingRecv(int fd) {
 }
 
 // No timeout + SA_RESTART: the call is restarted and returns the message that arrives later.
-TEST(Recvmsg, RecvmsgWithoutTimeoutIsRestartedAfterSaRestartSignal) {
+TEST_P(RecvmsgSignal, RecvmsgWithoutTimeoutIsRestartedAfterSaRestartSignal) {
   RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
-  ScopedSignalHandler h(SIGUSR1, /*restart=*/true);
+  Handle(/*restart=*/true);
   int rfd = p.r.get();
   AsyncCall call([rfd] { return BlockingRecv(rfd); });
   LetItBlock();
@@ -636,14 +710,15 @@ TEST(Recvmsg, RecvmsgWithoutTimeoutIsRestartedAfterSaRestartSignal) {
   RDS_ASSERT_RC(SendTo(p.s.get(), std::string("later"), p.to), 5);
   ASSERT_TRUE(call.WaitFor(kPromptMs));
   EXPECT_EQ(call.rc(), 5) << ErrnoName(call.err());
+  ExpectPath();
 }
 
 // No timeout, handler without SA_RESTART: EINTR.
-TEST(Recvmsg, RecvmsgWithoutTimeoutGivesEintrOnSignalWithoutSaRestart) {
+TEST_P(RecvmsgSignal, RecvmsgWithoutTimeoutGivesEintrOnSignalWithoutSaRestart) {
   RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
-  ScopedSignalHandler h(SIGUSR1, /*restart=*/false);
+  Handle(/*restart=*/false);
   int rfd = p.r.get();
   AsyncCall call([rfd] { return BlockingRecv(rfd); });
   LetItBlock();
@@ -659,15 +734,16 @@ TEST(Recvmsg, RecvmsgWithoutTimeoutGivesEintrOnSignalWithoutSaRestart) {
   // Nothing was lost: a message sent now is received normally.
   RDS_ASSERT_RC(SendTo(p.s.get(), std::string("after"), p.to), 5);
   EXPECT_EQ(RecvWithin(p.r.get()).data, "after");
+  ExpectPath();
 }
 
 // SO_RCVTIMEO set, handler without SA_RESTART: EINTR (before the timeout).
-TEST(Recvmsg, RecvmsgWithRcvtimeoGivesEintrOnSignalWithoutSaRestart) {
+TEST_P(RecvmsgSignal, RecvmsgWithRcvtimeoGivesEintrOnSignalWithoutSaRestart) {
   RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE(SetTimeoutMs(p.r.get(), SO_RCVTIMEO, 5000));
-  ScopedSignalHandler h(SIGUSR1, /*restart=*/false);
+  Handle(/*restart=*/false);
   int rfd = p.r.get();
   AsyncCall call([rfd] { return BlockingRecv(rfd); });
   LetItBlock();
@@ -678,6 +754,7 @@ TEST(Recvmsg, RecvmsgWithRcvtimeoGivesEintrOnSignalWithoutSaRestart) {
   EXPECT_LT(ElapsedMs(t0), kPromptMs) << "the signal did not end the wait";
   EXPECT_EQ(call.rc(), -1);
   EXPECT_EQ(call.err(), EINTR) << ErrnoName(call.err());
+  ExpectPath();
 }
 
 // SO_RCVTIMEO set, handler WITH SA_RESTART.
@@ -690,12 +767,12 @@ TEST(Recvmsg, RecvmsgWithRcvtimeoGivesEintrOnSignalWithoutSaRestart) {
 // says "A signal → ERESTARTSYS/EINTR". Following the rule "pick the kernel-source behaviour",
 // this test expects the restart: the call keeps waiting (with a fresh timeout) and returns the
 // message that arrives afterwards.
-TEST(Recvmsg, RecvmsgWithRcvtimeoIsRestartedAfterSaRestartSignalLikeKernelRds) {
+TEST_P(RecvmsgSignal, RecvmsgWithRcvtimeoIsRestartedAfterSaRestartSignalLikeKernelRds) {
   RDS_SKIP_UNDER_TSAN("signal delivery");
   Pair p = MakePair();
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE(SetTimeoutMs(p.r.get(), SO_RCVTIMEO, 4000));
-  ScopedSignalHandler h(SIGUSR1, /*restart=*/true);
+  Handle(/*restart=*/true);
   int rfd = p.r.get();
   AsyncCall call([rfd] { return BlockingRecv(rfd); });
   LetItBlock();
@@ -710,6 +787,7 @@ TEST(Recvmsg, RecvmsgWithRcvtimeoIsRestartedAfterSaRestartSignalLikeKernelRds) {
   if (!ended_early) {
     EXPECT_EQ(call.rc(), 5) << ErrnoName(call.err());
   }
+  ExpectPath();
 }
 
 }  // namespace
