@@ -300,23 +300,13 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
   t_in_loop = true;
   drive_sessions_.fetch_add(1, std::memory_order_relaxed);
   stats::Inc(stats::kShimRecvWaitsDriven);
-  // Its waiter's timerfd joins the set while it drives, so that another
-  // thread's Wake() (a delivery, a close) ends its epoll_wait. Edge-triggered:
-  // nobody reads it here.
   const int wfd = waiter.fd();
-  struct epoll_event wev = {};
-  wev.events = EPOLLIN | EPOLLET;
-  wev.data.fd = wfd;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
-  driver_fd_.store(wfd, std::memory_order_seq_cst);
-  // The loop thread may be in epoll_wait: make it look again (and park).
-  if (pollers_.load(std::memory_order_seq_cst) > 0) {
-    uint64_t one = 1;
-    sys::Write(wake_fd_, &one, sizeof(one));
-  }
-
+  bool registered = false;
   struct epoll_event events[kMaxEvents];
-  int n = 0;
+  // The first round does not sleep: for a receiver that finds data already
+  // waiting in the link (a stream) that is the whole wait, with no set-up.
+  int n = sys::EpollWait(epfd_, events, kMaxEvents, 0);
+  if (n < 0) n = 0;
   WakeBatch wakes;
   for (;;) {
     Dispatch(events, n);
@@ -327,6 +317,23 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
     if (waiter.TakeWake()) {
       *result = absl::OkStatus();
       break;
+    }
+    if (!registered) {
+      // Its waiter's timerfd joins the set while it sleeps here, so that
+      // another thread's Wake() (a delivery, a close) ends its epoll_wait
+      // (a timerfd already readable is reported at once). Edge-triggered:
+      // nobody reads it here.
+      struct epoll_event wev = {};
+      wev.events = EPOLLIN | EPOLLET;
+      wev.data.fd = wfd;
+      epoll_ctl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
+      driver_fd_.store(wfd, std::memory_order_seq_cst);
+      registered = true;
+      // The loop thread may be in epoll_wait: make it look again (and park).
+      if (pollers_.load(std::memory_order_seq_cst) > 0) {
+        uint64_t one = 1;
+        sys::Write(wake_fd_, &one, sizeof(one));
+      }
     }
     int timeout = deferred_.empty() ? NextTimeoutMs() : 0;
     if (deadline) {
@@ -366,8 +373,10 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
       }
     }
   }
-  driver_fd_.store(-1, std::memory_order_seq_cst);
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
+  if (registered) {
+    driver_fd_.store(-1, std::memory_order_seq_cst);
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
+  }
   last_drive_end_ns_.store(MonotonicNow(), std::memory_order_relaxed);
   driving_.store(false, std::memory_order_seq_cst);
   bool pending;
