@@ -14,9 +14,24 @@ std::atomic<uint64_t> g_generation{1};
 std::atomic<uint64_t> g_cached_generation{0};
 std::atomic<Interrupted> g_cached{Interrupted::kMixed};
 
+// Signals the kernel raises on the thread that faults. A thread blocked in
+// epoll_pwait executes nothing that could fault, so these reach it only
+// through kill(); the programs that catch them (sanitizers, crash reporters,
+// the shim's own RDS_PRELOAD_BACKTRACE handlers, managed runtimes) install
+// them without SA_RESTART and never mean to interrupt waits with them.
+bool RaisedByFaults(int sig) {
+  switch (sig) {
+    case SIGSEGV: case SIGBUS: case SIGFPE: case SIGILL: case SIGTRAP: case SIGSYS: case SIGABRT:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Interrupted Read() {
   bool any_restart = false, any_plain = false;
   for (int sig = 1; sig < NSIG; ++sig) {
+    if (RaisedByFaults(sig)) continue;
     struct sigaction sa;
     // glibc refuses its own internal signals (EINVAL); they are not the application's.
     if (sigaction(sig, nullptr, &sa) != 0) continue;

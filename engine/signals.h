@@ -8,7 +8,10 @@
 // the answer must be known before it waits: from the process's dispositions.
 // If every caught signal has SA_RESTART (or none is caught) the wait restarts;
 // if none has, it ends with EINTR; if both kinds exist, the thread must not
-// drive (it sleeps on its timerfd, which is exact).
+// drive (it sleeps on its timerfd, which is exact). Fault signals (SIGSEGV,
+// SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) do not count: a thread
+// blocked in a wait cannot raise them, and their handlers (sanitizers, crash
+// reporters) rarely have SA_RESTART.
 //
 // The dispositions are read (one sigaction() per signal) only after they may
 // have changed: the preload layer reports every sigaction/signal-family call.
