@@ -89,6 +89,11 @@ const std::vector<Spec>& Schema() {
       {"INLINE_SEND", &Settings::inline_send, [] { return std::string("1"); }, {0, 1},
        "sendmsg writes to an established link on the calling thread when the engine is idle "
        "(0: every message goes through the engine thread)"},
+      {"INLINE_SEND_STREAM_US", &Settings::inline_send_stream_us,
+       [] { return std::string("5"); }, {0, 1000000},
+       "a sendmsg that comes within this many microseconds after this process's previous one "
+       "returned is part of a stream: it goes through the engine thread, which writes such "
+       "messages in batches, instead of being written alone on the calling thread (0: never)"},
       {"RECV_DRIVE_LEASE_US", &Settings::recv_drive_lease_us,
        [] { return std::string("500"); }, {0, 100000},
        "a thread blocked in recvmsg reads the links itself instead of being woken by the engine "

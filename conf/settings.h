@@ -30,6 +30,8 @@ struct Settings {
   int64_t rmem_default;
   bool ping_enable;            // net.rds.ping_enable
   bool inline_send;            // sendmsg transmits on the calling thread when it can
+  // ... unless it follows the previous send within this many µs (a stream: batch instead).
+  int64_t inline_send_stream_us;
   // A thread blocked in recvmsg runs the engine's event loop itself; the engine thread stays
   // parked this long after such a thread returns (0: blocked threads only sleep).
   int64_t recv_drive_lease_us;

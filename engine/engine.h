@@ -169,6 +169,10 @@ class Engine {
   EventLoop loop_;
   std::thread thread_;
   std::atomic<pid_t> loop_tid_{0};
+  // When Submit() last returned (MonotonicNs): a send that comes sooner than
+  // inline_send_stream_us after it is part of a stream, batched by the engine
+  // thread instead of written alone.
+  std::atomic<int64_t> last_submit_end_ns_{0};
 
   rds::Mutex serve_mu_;
   int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;
