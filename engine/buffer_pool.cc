@@ -4,6 +4,8 @@
 #include <atomic>
 #include <bit>
 
+#include "engine/small_pool.h"
+
 namespace rds::buffer_pool {
 namespace {
 
@@ -23,6 +25,7 @@ int ClassOf(size_t size) {
 }  // namespace
 
 uint8_t* Allocate(size_t size) {
+  if (size <= small_pool::kMaxSize) return static_cast<uint8_t*>(small_pool::Allocate(size));
   int c = ClassOf(size);
   if (c < 0) return new uint8_t[size];
   for (std::atomic<uint8_t*>& s : slots[c]) {
@@ -34,6 +37,7 @@ uint8_t* Allocate(size_t size) {
 
 void Release(uint8_t* p, size_t size) {
   if (p == nullptr) return;
+  if (size <= small_pool::kMaxSize) return small_pool::Release(p, size);
   int c = ClassOf(size);
   if (c >= 0) {
     for (std::atomic<uint8_t*>& s : slots[c]) {

@@ -5,7 +5,8 @@
 // fault on first touch: about 75 faults per 1 MiB message on each side
 // before this pool (DESIGN.md §9). Freed buffers of those sizes are kept, a
 // few per power-of-two size class (at most 8 MiB in all), and handed to the
-// next payload of the same class. Smaller buffers go to the heap as usual.
+// next payload of the same class. Buffers up to 4 KiB come from the small-block
+// pool (engine/small_pool.h); those in between from the heap.
 //
 // Thread-safety: lock-free (atomic slots), so also safe across fork().
 #ifndef RDS_ENGINE_BUFFER_POOL_H_

@@ -75,7 +75,7 @@ class Reader {
 };
 
 MessagePtr Finish(wire::Header header, const std::vector<uint8_t>& body) {
-  auto m = std::make_shared<Message>();
+  auto m = NewMessage();
   header.len = static_cast<uint32_t>(body.size());
   m->header = header;
   m->payload = Payload(body.data(), body.size());

@@ -283,7 +283,7 @@ void Engine::DeliverLocally(Connection& c, MessagePtr m) {
   if (m->header.dport == 0) {
     stats::Inc(stats::kRecvPing);
     if (!cfg.ping_enable || m->header.sport == 0) return;
-    auto pong = std::make_shared<Message>();
+    auto pong = NewMessage();
     pong->header.sport = 0;
     pong->header.dport = m->header.sport;
     pong->saddr = m->daddr;
@@ -660,7 +660,7 @@ void Engine::DropPath(Path& p, const char* why) {
 void Engine::SendCongestionMap(Path& p) {
   if (!p.link) return;
   CongBits bits = CongestionTable::Get().LocalMap(p.conn.key.ns, p.conn.key.laddr);
-  auto m = std::make_shared<Message>();
+  auto m = NewMessage();
   m->header.flags = wire::kFlagCongBitmap;
   m->header.len = wire::kCongMapBytes;
   m->payload = Payload(bits.data(), bits.size());
@@ -762,7 +762,7 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   if (h.dport == 0) {
     stats::Inc(stats::kRecvPing);
     if (!conf::Get().ping_enable || h.sport == 0) return true;
-    auto pong = std::make_shared<Message>();
+    auto pong = NewMessage();
     pong->header.sport = 0;
     pong->header.dport = h.sport;
     pong->saddr = c.key.laddr;
@@ -797,7 +797,7 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     OnPathDown(p, absl::ResourceExhaustedError("receiver overloaded"));
     return false;
   }
-  auto m = std::make_shared<Message>();
+  auto m = NewMessage();
   m->rx_trace[0] = m->rx_trace[1] = MonotonicNs();
   m->header = h;
   m->payload = std::move(payload);

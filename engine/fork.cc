@@ -8,6 +8,7 @@
 #include "engine/netns.h"
 #include "engine/readiness.h"
 #include "engine/registry.h"
+#include "engine/small_pool.h"
 #include "engine/socket.h"
 #include "engine/sys.h"
 #include "engine/waiter.h"
@@ -18,7 +19,7 @@ namespace {
 
 rds::Mutex* const* ForkLocks() {
   static rds::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
-                                 nullptr};
+                                 &small_pool::ForkMutex(), nullptr};
   return locks;
 }
 

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "engine/addr.h"
 #include "engine/buffer_pool.h"
+#include "engine/small_pool.h"
 #include "engine/wire.h"
 
 namespace rds {
@@ -78,6 +79,12 @@ struct Message {
 };
 
 using MessagePtr = std::shared_ptr<Message>;
+
+// A new, empty message. Messages are freed on another thread than the one
+// that made them, so they come from the small-block pool (engine/small_pool.h).
+inline MessagePtr NewMessage() {
+  return std::allocate_shared<Message>(small_pool::PoolAllocator<Message>());
+}
 
 }  // namespace rds
 

@@ -214,9 +214,17 @@ absl::StatusOr<int> PortRegistry::PortsFd(const RdsAddr& addr) {
 }
 
 absl::StatusOr<uint32_t> PortRegistry::PortGeneration(const RdsAddr& addr, uint16_t port) {
+  const RecentGens* r = recent_.load(std::memory_order_acquire);
+  if (r != nullptr && r->addr == addr) return r->gens[port].load(std::memory_order_acquire);
   absl::StatusOr<AddrFile> f = File(addr);
   if (!f.ok()) return f.status();
   if (f->port_gens == nullptr) return absl::UnavailableError("port generations not mapped");
+  {
+    rds::MutexLock lock(&mu_);
+    std::unique_ptr<RecentGens>& entry = recents_[addr];
+    if (!entry) entry.reset(new RecentGens{addr, f->port_gens});
+    recent_.store(entry.get(), std::memory_order_release);
+  }
   return f->port_gens[port].load(std::memory_order_acquire);
 }
 

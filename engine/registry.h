@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,15 @@ class PortRegistry {
   };
   absl::StatusOr<AddrFile> File(const RdsAddr& addr);
   absl::StatusOr<int> PortsFd(const RdsAddr& addr);
+  // The counters of the address looked up last, read without the lock: every
+  // sendmsg to a same-host port reads its generation, twice (DESIGN.md §9.4).
+  // Mappings and these entries live as long as the registry.
+  struct RecentGens {
+    RdsAddr addr;
+    std::atomic<uint32_t>* gens;
+  };
+  std::atomic<const RecentGens*> recent_{nullptr};
+  absl::flat_hash_map<RdsAddr, std::unique_ptr<RecentGens>> recents_ ABSL_GUARDED_BY(mu_);
 
   std::string dir_;
   int gen_fd_;

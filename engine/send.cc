@@ -297,7 +297,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   bool has_cookie;
   if (absl::Status s = CheckControlShape(cm, flags, &has_cookie); !s.ok()) return s;
 
-  auto m = std::make_shared<Message>();
+  auto m = NewMessage();
   m->payload = Payload(len);
   if (absl::Status s = usercopy::FromUserIov(m->payload.data(), iov.data(), iov.size(), len);
       !s.ok()) {

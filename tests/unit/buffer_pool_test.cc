@@ -1,5 +1,5 @@
-// Unit tests for engine/buffer_pool: large buffers are recycled by size class, small ones are
-// not, and the pool keeps four per class.
+// Unit tests for engine/buffer_pool: large buffers are recycled by size class, and the pool
+// keeps four per class.
 #include "engine/buffer_pool.h"
 
 #include <cstring>
@@ -33,9 +33,9 @@ TEST(BufferPoolTest, DifferentClassesDoNotShare) {
   buffer_pool::Release(again, 1 << 20);
 }
 
-TEST(BufferPoolTest, SmallBuffersAreNotKept) {
-  // Below 64 KiB the heap is used directly: nothing is held back (ASan would report a
-  // leak of anything parked forever, and the heap recycles small blocks well).
+TEST(BufferPoolTest, SmallAndLargeClassesDoNotShare) {
+  // Up to 4 KiB the small-block pool serves (small_pool_test.cc); a 1 MiB buffer never
+  // comes from there.
   uint8_t* p = buffer_pool::Allocate(100);
   buffer_pool::Release(p, 100);
   uint8_t* q = buffer_pool::Allocate(1 << 20);
