@@ -1,4 +1,5 @@
 // engine/readiness.cc — backing fds and readiness tokens.
+#include "engine/errors.h"
 #include "engine/readiness.h"
 
 #include <stddef.h>
@@ -42,7 +43,7 @@ uint64_t RandomId() {
 
 absl::StatusOr<BackingFd> CreateBackingFd(int flags) {
   int fd = sys::Socket(AF_UNIX, SOCK_DGRAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
-  if (fd < 0) return absl::ResourceExhaustedError(strerror(errno));
+  if (fd < 0) return RdsError(errno);  // EMFILE at RLIMIT_NOFILE, as socket() gives
   for (int attempt = 0; attempt < 8; ++attempt) {
     uint64_t id = RandomId();
     sockaddr_un sun;

@@ -287,21 +287,23 @@ void Release(RdsSocket& rs) {
   HostRegistry::Get().ReleaseSocket(rs.id);
 }
 
-void WatchWithEpoll(RdsSocket& rs, int fd) {
+bool WatchWithEpoll(RdsSocket& rs, int fd) {
   int sender = -1;
   {
     rds::MutexLock lock(&rs.mu);
-    if (rs.epoll_watched || rs.released) return;
+    if (rs.epoll_watched || rs.released) return true;
   }
   sender = CreateTokenSender(*rs.ns);  // outside the lock: may enter a namespace
+  if (sender < 0) return false;
   rds::MutexLock lock(&rs.mu);
   if (rs.epoll_watched || rs.released) {
-    if (sender >= 0) sys::CloseInternal(sender);
-    return;
+    sys::CloseInternal(sender);
+    return true;
   }
   rs.epoll_watched = true;
   rs.token_sender = sender;
   if (rs.Readable() && rs.tokens == 0 && PostReadinessToken(sender, rs.id)) ++rs.tokens;
+  return true;
 }
 
 }  // namespace rds

@@ -145,8 +145,10 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
 void Release(RdsSocket& rs);
 
 // Marks a socket epoll-watched (readiness tokens from now on) and raises
-// readiness if it is readable. `fd` is the fd being registered.
-void WatchWithEpoll(RdsSocket& rs, int fd);
+// readiness if it is readable. `fd` is the fd being registered. False when
+// the token sender (a kernel fd) cannot be made, e.g. at RLIMIT_NOFILE: the
+// socket could never be reported, so the registration must fail.
+bool WatchWithEpoll(RdsSocket& rs, int fd);
 
 }  // namespace rds
 

@@ -166,7 +166,13 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
   int r = rds::real::epoll_ctl(epfd, op, fd, ev);
   if (r == 0 && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
     auto e = Lookup(fd);
-    if (e && e->state == FdEntry::State::kOwned) rds::WatchWithEpoll(*e->socket, fd);
+    if (e && e->state == FdEntry::State::kOwned && !rds::WatchWithEpoll(*e->socket, fd)) {
+      // Without its token sender the socket would never be reported: refuse,
+      // as the kernel does when it cannot allocate the watch.
+      if (op == EPOLL_CTL_ADD) rds::real::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+      errno = ENOMEM;
+      return -1;
+    }
   }
   return r;
 }

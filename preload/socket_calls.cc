@@ -3,6 +3,7 @@
 #include <linux/rds.h>
 #include <sys/socket.h>
 
+#include "engine/errors.h"
 #include "engine/bind.h"
 #include "engine/log.h"
 #include "engine/readiness.h"
@@ -40,7 +41,9 @@ int CreateRdsSocket(int type, int protocol) {
   absl::StatusOr<rds::BackingFd> backing = rds::CreateBackingFd(type & kTypeFlags);
   if (!backing.ok()) {
     rds::log::Error("socket(AF_RDS): %s", backing.status().ToString());
-    return Fail<int>(ENOMEM);
+    // Out of fds: the kernel's socket() says so (EMFILE/ENFILE); anything else is memory.
+    const int err = rds::ErrnoOf(backing.status());
+    return Fail<int>(err == EMFILE || err == ENFILE ? err : ENOMEM);
   }
   absl::StatusOr<std::shared_ptr<rds::NetNs>> ns = rds::NetNs::OfCurrentThread();
   absl::StatusOr<std::shared_ptr<RdsSocket>> rs =

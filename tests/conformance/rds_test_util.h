@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -583,6 +584,41 @@ class ScopedSignalHandler {
 
 // Gives a thread that has just entered a blocking call time to actually block in it.
 inline void LetItBlock() { SleepMs(300); }
+
+// Uses up every fd this process may open (RLIMIT_NOFILE lowered to just above the fds open
+// now, the rest filled with /dev/null) until destroyed; Free() gives `n` back.
+class FdsExhausted {
+ public:
+  FdsExhausted() {
+    getrlimit(RLIMIT_NOFILE, &old_);
+    int top = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct rlimit lim = old_;
+    lim.rlim_cur = static_cast<rlim_t>(top) + 8;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    fill_.push_back(top);
+    for (;;) {
+      int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd < 0) break;
+      fill_.push_back(fd);
+    }
+  }
+  ~FdsExhausted() {
+    for (int fd : fill_) ::close(fd);
+    setrlimit(RLIMIT_NOFILE, &old_);
+  }
+  FdsExhausted(const FdsExhausted&) = delete;
+  FdsExhausted& operator=(const FdsExhausted&) = delete;
+  void Free(size_t n) {
+    for (; n > 0 && !fill_.empty(); --n) {
+      ::close(fill_.back());
+      fill_.pop_back();
+    }
+  }
+
+ private:
+  struct rlimit old_ {};
+  std::vector<int> fill_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // A stopped peer in another process: the only way to make a send buffer fill up.

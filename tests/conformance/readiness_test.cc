@@ -365,6 +365,31 @@ std::thread StartBurstySender(int s, sockaddr_in to, std::atomic<bool>* done,
   });
 }
 
+// Shim deviation (DESIGN.md §7): an epoll-watched RDS socket needs one more kernel fd (its
+// readiness-token sender, §2.3). When none can be had, epoll_ctl must fail (ENOMEM, as when
+// the kernel cannot allocate the watch) and leave nothing registered: a registration that
+// succeeded but could never report the socket would hang an epoll server at its fd limit.
+TEST(ReadinessEpoll, EpollCtlWithoutAFdForTheWatchFailsAndRegistersNothing) {
+  Pair p = MakePair();
+  ASSERT_TRUE(p.ok());
+  Fd ep(epoll_create1(EPOLL_CLOEXEC));
+  ASSERT_TRUE(ep.ok());
+  epoll_event reg{};
+  reg.events = EPOLLIN;
+  reg.data.fd = p.r.get();
+  {
+    FdsExhausted none_left;
+    errno = 0;
+    EXPECT_EQ(epoll_ctl(ep.get(), EPOLL_CTL_ADD, p.r.get(), &reg), -1);
+    EXPECT_EQ(errno, ENOMEM) << ErrnoName(errno);
+  }
+  // Nothing was left registered: adding again succeeds (not EEXIST), and a message is reported.
+  ASSERT_EQ(epoll_ctl(ep.get(), EPOLL_CTL_ADD, p.r.get(), &reg), 0) << ErrnoName(errno);
+  ASSERT_EQ(SendTo(p.s.get(), "x", p.to), 1) << ErrnoName(errno);
+  epoll_event ev[2];
+  EXPECT_EQ(epoll_wait(ep.get(), ev, 2, kPromptMs), 1);
+}
+
 // DESIGN.md §2.3: "queues one more [token] per arriving message so edge-triggered sets see an
 // edge per arrival, as with a kernel socket." An edge-triggered reader that drains to EAGAIN
 // after every wake-up must get every message (in order), must never sit in epoll_wait while

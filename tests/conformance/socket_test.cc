@@ -21,6 +21,18 @@ TEST(Socket, SocketPfRdsIsTheSameFamily) {
 }
 
 // §A.1: any other type gives ESOCKTNOSUPPORT.
+// The generic socket layer: no fd left under RLIMIT_NOFILE gives EMFILE (get_unused_fd_flags),
+// not a memory error.
+TEST(Socket, SocketAtTheFdLimitGivesEmfile) {
+  Fd warm = RdsSocket();  // the engine's own fds exist before the limit is reached
+  ASSERT_TRUE(warm.ok());
+  FdsExhausted none_left;
+  RDS_EXPECT_ERRNO(::socket(AF_RDS, SOCK_SEQPACKET, 0), EMFILE);
+  none_left.Free(4);
+  Fd again(::socket(AF_RDS, SOCK_SEQPACKET, 0));
+  EXPECT_TRUE(again.ok()) << ErrnoName(errno);
+}
+
 TEST(Socket, SocketStreamTypeGivesEsocktnosupport) {
   RDS_EXPECT_ERRNO(::socket(AF_RDS, SOCK_STREAM, 0), ESOCKTNOSUPPORT);
 }
