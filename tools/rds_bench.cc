@@ -9,18 +9,27 @@
 //     per message; messages/s and payload MB/s at the receiver;
 // once over AF_RDS through the preloaded shim and once over raw TCP carrying the same 48-byte
 // RDS framing (one writev per message, buffered reads, TCP_NODELAY). Then the idle cost: one
-// process holding N bound sockets (user-space memory per socket, CPU while idle). It prints a
+// process holding N bound sockets (user-space memory per socket, CPU while idle). Then scale, on
+// the same host: one hub process binds N sockets (--scale-sockets, default 10,000) and echoes
+// every message, P peer processes (--scale-peers, default 64) each send one message to every
+// port of their share of the hub's and check each echo (content and source port), twice; the
+// hub then counts its links to each peer engine (connected AF_UNIX stream sockets by
+// SO_PEERCRED), which the target wants at most one of. The hub waits with epoll when the fd limit
+// allows the shim's two fds per epoll-watched socket, else with poll (--scale-wait). It prints a
 // table with the ratios against issue 6's targets, and writes a CSV and (with gnuplot) a PNG.
 //
 // The bench itself is a plain program; it re-executes itself as the worker processes
 // (`--worker=...`), under LD_PRELOAD for the RDS runs only. Namespace hosts need root and
 // `ip netns`; without them that placement is skipped with a message.
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -99,8 +108,12 @@ struct WorkerArgs {
   std::string peer;          // the server's address (clients)
   int port = 0;
   size_t size = 64;
-  double seconds = 1.0;
+  double seconds = 1.0;      // scale workers: their time bound instead
   int cpu = -1;
+  size_t count = 0;          // scale: the hub's socket count (ports port … port+count-1)
+  int peers = 0;             // scale: number of peer processes
+  int index = 0;             // scale: this peer's number, 0 … peers-1
+  std::string wait = "auto";  // scale hub: epoll, poll, or auto (epoll if the fd limit allows)
 };
 
 void PinTo(int cpu) {
@@ -323,10 +336,327 @@ int IdleWorker(const WorkerArgs& a) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// Scale (issue 6: "10,000 sockets in one process and 64 peer processes work; connections stay
+// <= one per engine pair"). One hub process binds `count` sockets on ports port … port+count-1
+// and echoes every message; `peers` peer processes, one socket each, send one message to each of
+// their share of the hub's ports (port - base ≡ index mod peers) and check every echo. The
+// orchestrator drives them through their stdin: "go" starts a sweep (peers), "count PID…" asks
+// the hub for its counts, end of input ends a worker.
+
+// The payload of sweep `round` to hub port `port`: says what it is, then a pattern of both.
+void ScalePayload(int round, int port, size_t size, std::vector<uint8_t>* out) {
+  out->assign(size, 0);
+  for (size_t i = 0; i < size; ++i) out->at(i) = static_cast<uint8_t>(port * 31 + round * 7 + i);
+  char head[48];
+  int n = snprintf(head, sizeof(head), "rds-bench scale round %d port %d;", round, port);
+  memcpy(out->data(), head, std::min(static_cast<size_t>(n), size));
+}
+
+int OpenFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+    --n;  // the directory's own fd
+  }
+  return n;
+}
+
+// This process's same-host engine links by peer process: the connected AF_UNIX stream sockets
+// among its fds (every same-host link between two engines is one, DESIGN.md §3.2), counted by
+// the pid the kernel recorded for the other end (SO_PEERCRED). This is the kernel's count, not
+// the engine's own view: a duplicate link the engine lost track of would show here too. The
+// engine's listener (peer credentials: ourselves) and unconnected sockets (pid 0) are left out.
+std::map<pid_t, int> UnixLinksByPeer() {
+  std::map<pid_t, int> by_peer;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return by_peer;
+  const pid_t self = getpid();
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    int fd = atoi(e->d_name);
+    if (fd == dirfd(d)) continue;
+    int domain = 0, type = 0;
+    socklen_t len = sizeof(int);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX) continue;
+    len = sizeof(int);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    ucred cred = {};
+    len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    if (cred.pid <= 0 || cred.pid == self) continue;
+    ++by_peer[cred.pid];
+  }
+  closedir(d);
+  return by_peer;
+}
+
+int ScaleHub(const WorkerArgs& a) {
+  // Each RDS socket is a kernel fd (its AF_UNIX datagram backing socket, DESIGN.md §2.1) and,
+  // once in an epoll set, one more (its readiness-token sender, §2.3): with epoll the hub needs
+  // two fds per socket, with poll one. --wait=auto takes epoll when the fd limit allows it.
+  // The engine places its internal fds from 3/4 of the soft limit up when it starts, so the
+  // limit is raised before the first RDS call.
+  const rlim_t margin = 1024;
+  const rlim_t need_epoll = 2 * static_cast<rlim_t>(a.count) + margin;
+  const rlim_t need_poll = static_cast<rlim_t>(a.count) + margin;
+  const rlim_t need = a.wait == "poll" ? need_poll : need_epoll;
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) Die("getrlimit");
+  int raise_err = 0;
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+    rlimit up = {need, need};  // needs CAP_SYS_RESOURCE
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    else raise_err = errno;
+  }
+  auto fits = [&](rlim_t n) { return rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= n; };
+  const bool use_epoll = a.wait == "epoll" || (a.wait == "auto" && fits(need_epoll));
+  if (!fits(use_epoll ? need_epoll : need_poll)) {
+    fprintf(stderr,
+            "rds-bench: scale hub: %zu sockets waited on with %s need about %lu fds (%d per RDS "
+            "socket) but the RLIMIT_NOFILE hard limit is %lu and could not be raised (%s); "
+            "raise it (ulimit -Hn, limits.conf) or use fewer --scale-sockets\n",
+            a.count, use_epoll ? "epoll" : "poll",
+            static_cast<unsigned long>(use_epoll ? need_epoll : need_poll), use_epoll ? 2 : 1,
+            static_cast<unsigned long>(rl.rlim_max), strerror(raise_err));
+    return 1;
+  }
+  if (!use_epoll && a.wait == "auto") {
+    fprintf(stderr,
+            "rds-bench: scale hub: waiting with poll(): epoll would need about %lu fds (2 per "
+            "RDS socket: the socket and its readiness-token sender) and the RLIMIT_NOFILE hard "
+            "limit is %lu (raising it: %s)\n",
+            static_cast<unsigned long>(need_epoll), static_cast<unsigned long>(rl.rlim_max),
+            strerror(raise_err));
+  }
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) Die("setrlimit(RLIMIT_NOFILE)");
+
+  int ep = -1;
+  if (use_epoll && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0) Die("epoll_create1");
+  std::vector<int> fds;
+  fds.reserve(a.count);
+  long rss_base = 0;
+  const double t0 = NowSec();
+  for (size_t i = 0; i < a.count; ++i) {
+    int fd = socket(AF_RDS, SOCK_SEQPACKET, 0);
+    int err = errno;
+    const char* what = "socket(AF_RDS)";
+    if (fd >= 0) {
+      sockaddr_in sin = Addr(a.addr, a.port + static_cast<int>(i));
+      what = "bind";
+      if (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0) {
+        epoll_event ev = {};
+        ev.events = EPOLLIN;
+        ev.data.u32 = static_cast<uint32_t>(i);
+        what = "epoll_ctl(EPOLL_CTL_ADD)";
+        if (!use_epoll || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0) what = nullptr;
+      }
+      err = errno;
+    }
+    if (what) {
+      fprintf(stderr,
+              "rds-bench: scale hub: socket %zu of %zu (port %d): %s failed: %s "
+              "(%d fds open, RLIMIT_NOFILE %lu)\n",
+              i + 1, a.count, a.port + static_cast<int>(i), what, strerror(err), OpenFds(),
+              static_cast<unsigned long>(rl.rlim_cur));
+      return 1;
+    }
+    fds.push_back(fd);
+    if (i == 0) rss_base = VmRssKiB();  // the first socket starts the engine: not counted
+  }
+  const double bind_seconds = NowSec() - t0;
+  const long rss_bound = VmRssKiB();
+  const int fds_bound = OpenFds();
+
+  std::vector<uint8_t> buf(kMaxSize + 64);
+  std::string input;
+  uint64_t echoed = 0, errors = 0;
+  // Everything queued on socket i, echoed to its sender.
+  auto serve = [&](size_t i) {
+    const int fd = fds[i];
+    for (;;) {
+      sockaddr_in from;
+      socklen_t fl = sizeof(from);
+      ssize_t r = recvfrom(fd, buf.data(), buf.size(), MSG_DONTWAIT,
+                           reinterpret_cast<sockaddr*>(&from), &fl);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errors++ < 5) {
+          fprintf(stderr, "rds-bench: scale hub: recvfrom on port %d: %s\n",
+                  a.port + static_cast<int>(i), strerror(errno));
+        }
+        return;
+      }
+      if (sendto(fd, buf.data(), static_cast<size_t>(r), 0, reinterpret_cast<sockaddr*>(&from),
+                 fl) != r) {
+        if (errors++ < 5) {
+          fprintf(stderr, "rds-bench: scale hub: sendto (echo) from port %d to port %d: %s\n",
+                  a.port + static_cast<int>(i), ntohs(from.sin_port), strerror(errno));
+        }
+        continue;
+      }
+      ++echoed;
+    }
+  };
+  // The orchestrator's commands on stdin; false at end of input.
+  auto command = [&]() {
+    char cmd[4096];
+    ssize_t r = read(0, cmd, sizeof(cmd));
+    if (r < 0 && errno == EINTR) return true;
+    if (r <= 0) return false;
+    input.append(cmd, static_cast<size_t>(r));
+    for (size_t nl; (nl = input.find('\n')) != std::string::npos; input.erase(0, nl + 1)) {
+      std::vector<std::string> words = Split(input.substr(0, nl), ' ');
+      if (words[0] != "count") continue;
+      // "count PID…": links to each of those processes (the peers), and to anyone else.
+      std::map<pid_t, int> links = UnixLinksByPeer();
+      int linked = 0, max_links = 0, min_links = INT32_MAX, total = 0;
+      for (size_t w = 1; w < words.size(); ++w) {
+        auto it = links.find(static_cast<pid_t>(atoi(words[w].c_str())));
+        int c = it == links.end() ? 0 : it->second;
+        if (it != links.end()) links.erase(it);
+        linked += c > 0;
+        max_links = std::max(max_links, c);
+        min_links = std::min(min_links, c);
+        total += c;
+      }
+      int other = 0;
+      for (const auto& [pid, c] : links) other += c;
+      printf("result sockets=%zu epoll=%d bind_s=%.3f echoed=%lu errors=%lu peers_linked=%d "
+             "links=%d max_links_per_peer=%d min_links_per_peer=%d other_links=%d hub_fds=%d "
+             "hub_fds_bound=%d hub_rss_kib=%ld rss_kib_per_socket=%.3f\n",
+             a.count, use_epoll, bind_seconds, static_cast<unsigned long>(echoed),
+             static_cast<unsigned long>(errors), linked, total, max_links,
+             words.size() > 1 ? min_links : 0, other, OpenFds(), fds_bound, VmRssKiB(),
+             a.count > 1 ? static_cast<double>(rss_bound - rss_base) /
+                               static_cast<double>(a.count - 1)
+                         : 0.0);
+      fflush(stdout);
+    }
+    return true;
+  };
+
+  if (use_epoll) {
+    epoll_event in_ev = {};
+    in_ev.events = EPOLLIN;
+    in_ev.data.u32 = UINT32_MAX;  // stdin
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, 0, &in_ev) != 0) Die("epoll_ctl(stdin)");
+  }
+  std::vector<pollfd> pfds;  // poll: every socket, then stdin
+  if (!use_epoll) {
+    for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
+    pfds.push_back({0, POLLIN, 0});
+  }
+  Ready();
+  std::vector<epoll_event> events(1024);
+  for (;;) {
+    if (use_epoll) {
+      int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), -1);
+      if (n < 0 && errno != EINTR) Die("epoll_wait");
+      for (int k = 0; k < n; ++k) {
+        uint32_t i = events[k].data.u32;
+        if (i == UINT32_MAX) {
+          if (!command()) return errors == 0 ? 0 : 1;
+        } else if (i < fds.size()) {
+          serve(i);
+        }
+      }
+    } else {
+      int n = poll(pfds.data(), pfds.size(), -1);
+      if (n < 0 && errno != EINTR) Die("poll");
+      for (size_t i = 0; n > 0 && i < fds.size(); ++i) {
+        if (pfds[i].revents & (POLLIN | POLLERR | POLLHUP)) serve(i);
+      }
+      if (n > 0 && pfds.back().revents && !command()) return errors == 0 ? 0 : 1;
+    }
+  }
+}
+
+int ScalePeer(const WorkerArgs& a) {
+  int fd = RdsSocket(a.addr, 0);  // 8 MiB buffers: a whole share in flight never blocks
+  timeval tv = {static_cast<time_t>(a.seconds), 0};
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) Die("SO_RCVTIMEO");
+  std::vector<int> ports;
+  for (size_t i = static_cast<size_t>(a.index); i < a.count; i += static_cast<size_t>(a.peers)) {
+    ports.push_back(a.port + static_cast<int>(i));
+  }
+  const size_t size = std::max<size_t>(a.size, 64);
+  Ready();
+  std::vector<uint8_t> msg, want, buf(kMaxSize + 64);
+  std::vector<uint8_t> got(a.count);
+  char line[64];
+  int round = 0;
+  while (fgets(line, sizeof(line), stdin)) {
+    if (strcmp(line, "go\n") != 0) continue;
+    ++round;
+    size_t ok = 0, unexpected = 0, reported = 0;
+    auto report = [&](const std::string& what) {
+      if (reported++ >= 5) return;
+      fprintf(stderr, "rds-bench: scale peer %d round %d: %s\n", a.index, round, what.c_str());
+    };
+    std::fill(got.begin(), got.end(), 0);
+    const double t0 = NowSec();
+    size_t sent = 0;
+    for (int port : ports) {
+      ScalePayload(round, port, size, &msg);
+      sockaddr_in to = Addr(a.peer, port);
+      if (sendto(fd, msg.data(), size, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) !=
+          static_cast<ssize_t>(size)) {
+        report("sendto port " + std::to_string(port) + ": " + strerror(errno));
+        continue;
+      }
+      ++sent;
+    }
+    // One echo per message sent; anything else is counted and reported.
+    for (size_t k = 0; k < sent;) {
+      sockaddr_in from;
+      socklen_t fl = sizeof(from);
+      ssize_t r = recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        report("recvfrom after " + std::to_string(k) + " of " + std::to_string(sent) +
+               " echoes: " + strerror(errno));
+        break;
+      }
+      ++k;
+      int port = ntohs(from.sin_port);
+      size_t i = static_cast<size_t>(port - a.port);
+      if (from.sin_addr.s_addr != Addr(a.peer, 0).sin_addr.s_addr || port < a.port ||
+          i >= a.count || i % static_cast<size_t>(a.peers) != static_cast<size_t>(a.index)) {
+        report("echo from port " + std::to_string(port) + ", not one of ours");
+        ++unexpected;
+        continue;
+      }
+      if (got[i]++) {
+        report("second echo from port " + std::to_string(port));
+        ++unexpected;
+        continue;
+      }
+      ScalePayload(round, port, size, &want);
+      if (static_cast<size_t>(r) != size || memcmp(buf.data(), want.data(), size) != 0) {
+        report("echo from port " + std::to_string(port) + " has the wrong content (" +
+               std::to_string(r) + " bytes)");
+        continue;
+      }
+      ++ok;
+    }
+    // Every port of our share not echoed intact is a failure, and so is every extra echo.
+    const size_t bad = ports.size() - ok + unexpected;
+    printf("result round=%d ok=%zu failed=%zu seconds=%.3f\n", round, ok, bad, NowSec() - t0);
+    fflush(stdout);
+  }
+  close(fd);
+  return 0;
+}
+
 int RunWorker(const WorkerArgs& a) {
   PinTo(a.cpu);
   alarm(static_cast<unsigned>(a.seconds) + 60);  // never outlive a broken run
   if (a.role == "rds-idle") return IdleWorker(a);
+  if (a.role == "rds-scale-hub") return ScaleHub(a);
+  if (a.role == "rds-scale-peer") return ScalePeer(a);
   std::vector<uint8_t> buf(kMaxSize + 64, 0x5a);
 
   if (a.role == "rds-echo" || a.role == "rds-sink") {
@@ -442,6 +772,9 @@ struct Options {
   std::string plot = "rds-bench.png";
   std::vector<std::string> transports = {"rds", "tcp"};
   size_t idle_sockets = 1000;  // 0: no idle measurement
+  size_t scale_sockets = 10000;  // 0: no scale measurement
+  int scale_peers = 64;
+  std::string scale_wait = "auto";  // the hub's wait: epoll | poll | auto
 };
 
 struct Host {
@@ -452,6 +785,7 @@ struct Host {
 struct Worker {
   pid_t pid = -1;
   FILE* out = nullptr;
+  int in = -1;  // the worker's stdin, when it takes commands
 };
 
 std::string g_self;
@@ -480,15 +814,25 @@ void OnSignal(int sig) {
   raise(sig);
 }
 
-Worker Spawn(const Options& o, const Host& h, bool rds, std::vector<std::string> args) {
+// `with_stdin`: the worker reads commands from a pipe (Worker::in); otherwise it inherits ours.
+Worker Spawn(const Options& o, const Host& h, bool rds, std::vector<std::string> args,
+             bool with_stdin = false) {
   int pipefd[2];
   if (pipe(pipefd) != 0) Die("pipe");
+  int infd[2] = {-1, -1};
+  // Close-on-exec, so that workers started later do not hold this one's input open.
+  if (with_stdin && pipe2(infd, O_CLOEXEC) != 0) Die("pipe2");
   pid_t pid = fork();
   if (pid < 0) Die("fork");
   if (pid == 0) {
     dup2(pipefd[1], 1);
     close(pipefd[0]);
     close(pipefd[1]);
+    if (with_stdin) {
+      dup2(infd[0], 0);
+      close(infd[0]);
+      close(infd[1]);
+    }
     std::vector<std::string> argv;
     if (!h.netns.empty()) argv = {"ip", "netns", "exec", h.netns};
     argv.push_back("env");
@@ -508,8 +852,9 @@ Worker Spawn(const Options& o, const Host& h, bool rds, std::vector<std::string>
     _exit(127);
   }
   close(pipefd[1]);
+  if (with_stdin) close(infd[0]);
   g_children.push_back(pid);
-  return {pid, fdopen(pipefd[0], "r")};
+  return {pid, fdopen(pipefd[0], "r"), infd[1]};
 }
 
 // The next line of a worker's output, or "" if it exited or took longer than `timeout` s.
@@ -524,6 +869,8 @@ std::string ReadLine(Worker& w, double timeout) {
 }
 
 bool Finish(Worker& w, bool kill_it) {
+  if (w.in >= 0) close(w.in);  // end of input: a command-driven worker exits
+  w.in = -1;
   if (kill_it) kill(w.pid, SIGKILL);
   int status = 0;
   waitpid(w.pid, &status, 0);
@@ -599,6 +946,124 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
   return true;
 }
 
+// A command line to a command-driven worker; false if it is gone.
+bool Tell(Worker& w, const std::string& line) {
+  std::string s = line + "\n";
+  return write(w.in, s.data(), s.size()) == static_cast<ssize_t>(s.size());
+}
+
+constexpr int kScaleBasePort = 10000;  // the hub binds kScaleBasePort … +scale_sockets-1
+constexpr int kScaleRounds = 2;        // sweeps: the first sets up routes and links
+
+// The scale measurement (ScaleHub, ScalePeer): one hub process with scale_sockets sockets,
+// scale_peers peer processes started together, kScaleRounds sweeps over every hub port (each
+// released to all peers at once and timed until the last peer has checked its last echo), then
+// the hub's links per peer engine while every peer is still alive. False when a worker failed to
+// start or to answer in time (everything is then killed); the row says whether the echoes and
+// the link count were right.
+bool MeasureScale(const Options& o, Row* row) {
+  const Host host{"", "127.0.0.1"};
+  const size_t n = o.scale_sockets;
+  const int p = o.scale_peers;
+  // Each step's bound, generous for 65 processes on 2 cores; also the workers' own time bound.
+  const double limit = 60 + 0.02 * static_cast<double>(n) + 2.0 * p;
+  const std::vector<std::string> common = {
+      "--addr=127.0.0.1", "--peer=127.0.0.1", "--port=" + std::to_string(kScaleBasePort),
+      "--count=" + std::to_string(n), "--peers=" + std::to_string(p),
+      "--seconds=" + std::to_string(static_cast<int>(limit)), "--cpu=-1",
+      "--wait=" + o.scale_wait};
+  auto args = [&](const std::string& role, int index) {
+    std::vector<std::string> v = {"--worker=" + role, "--index=" + std::to_string(index)};
+    v.insert(v.end(), common.begin(), common.end());
+    return v;
+  };
+  row->test = "scale";
+  row->placement = "host";
+  row->transport = "rds";
+  row->size = n;
+  Worker hub = Spawn(o, host, true, args("rds-scale-hub", 0), true);
+  std::vector<Worker> peers;
+  auto fail = [&](const std::string& why) {
+    fprintf(stderr, "rds-bench: scale: %s\n", why.c_str());
+    for (Worker& w : peers) Finish(w, true);
+    Finish(hub, true);
+    return false;
+  };
+  double deadline = NowSec() + limit;
+  auto left = [&] { return std::max(0.1, deadline - NowSec()); };
+  std::string line = ReadLine(hub, left());
+  if (line != "ready") {
+    return fail("the hub did not start" + (line.empty() ? "" : " (" + line + ")"));
+  }
+  const double start0 = NowSec();
+  deadline = NowSec() + limit;
+  for (int i = 0; i < p; ++i) {
+    peers.push_back(Spawn(o, host, true, args("rds-scale-peer", i), true));
+  }
+  for (int i = 0; i < p; ++i) {
+    if (ReadLine(peers[i], left()) != "ready") {
+      return fail("peer " + std::to_string(i) + " did not start");
+    }
+  }
+  const double start_s = NowSec() - start0;
+  double ok = 0, failed = 0;
+  std::vector<double> sweeps;
+  for (int round = 1; round <= kScaleRounds; ++round) {
+    deadline = NowSec() + limit;
+    const double t0 = NowSec();
+    for (Worker& w : peers) {
+      if (!Tell(w, "go")) return fail("a peer exited before round " + std::to_string(round));
+    }
+    for (int i = 0; i < p; ++i) {
+      std::map<std::string, double> v = ParseResult(ReadLine(peers[i], left()));
+      if (v.empty()) {
+        return fail("peer " + std::to_string(i) + " gave no result in round " +
+                    std::to_string(round) + " (a " + std::to_string(static_cast<int>(limit)) +
+                    " s bound)");
+      }
+      ok += v["ok"];
+      failed += v["failed"];
+    }
+    sweeps.push_back(NowSec() - t0);
+  }
+  // The links are counted while every peer still has its socket and engine.
+  std::string count = "count";
+  for (const Worker& w : peers) count += " " + std::to_string(w.pid);
+  deadline = NowSec() + limit;
+  if (!Tell(hub, count)) return fail("the hub exited");
+  line = ReadLine(hub, left());
+  row->v = ParseResult(line);
+  if (row->v.empty()) {
+    return fail("the hub gave no counts" + (line.empty() ? "" : " (" + line + ")"));
+  }
+  // All peers end together (each waits at exit until its messages are acknowledged), then the hub.
+  for (Worker& w : peers) {
+    close(w.in);
+    w.in = -1;
+  }
+  bool exits_ok = true;
+  for (Worker& w : peers) exits_ok = Finish(w, false) && exits_ok;
+  exits_ok = Finish(hub, false) && exits_ok;
+  row->v["peers"] = p;
+  row->v["ok"] = ok;
+  row->v["failed"] = failed;
+  row->v["start_s"] = start_s;
+  row->v["first_sweep_s"] = sweeps.front();
+  row->v["sweep_s"] = sweeps.back();
+  row->v["msg_per_s"] = static_cast<double>(n) / sweeps.back();
+  row->v["count"] = row->v["echoed"];
+  row->v["exits_ok"] = exits_ok;
+  return true;
+}
+
+// Whether a scale row shows every echo right and every worker ending cleanly.
+bool ScaleWorked(const Row& r) {
+  auto v = [&](const char* k) { return r.v.count(k) ? r.v.at(k) : NAN; };
+  const double want = static_cast<double>(kScaleRounds * r.size);
+  return v("failed") == 0 && v("ok") == want && v("echoed") == want && v("errors") == 0 &&
+         v("exits_ok") == 1;
+}
+
 bool SetUpNetns(Host* a, Host* b) {
   if (geteuid() != 0 || system("ip netns list >/dev/null 2>&1") != 0) {
     fprintf(stderr, "rds-bench: skipping the netns placement: it needs root and `ip netns`\n");
@@ -646,17 +1111,23 @@ const Row* Find(const std::vector<Row>& rows, const std::string& test, const std
 void WriteCsv(const Options& o, const std::vector<Row>& rows) {
   FILE* f = fopen(o.csv.c_str(), "w");
   if (!f) Die(o.csv.c_str());
+  // Scale rows: size = hub sockets, count = messages echoed, msg_per_s = hub ports per second in
+  // the second sweep, rss_kib_per_socket = the hub's; the last columns are theirs only.
   fprintf(f, "test,placement,transport,size,p50_us,p99_us,mean_us,count,msg_per_s,mb_per_s,"
-             "rss_kib_per_socket,idle_cpu_pct\n");
+             "rss_kib_per_socket,idle_cpu_pct,peers,first_sweep_s,sweep_s,failed,"
+             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib\n");
   for (const Row& r : rows) {
     auto g = [&](const char* k) {
       auto it = r.v.find(k);
       return it == r.v.end() ? std::string() : std::to_string(it->second);
     };
-    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.placement.c_str(),
-            r.transport.c_str(), r.size, g("p50_us").c_str(), g("p99_us").c_str(),
-            g("mean_us").c_str(), g("count").c_str(), g("msg_per_s").c_str(),
-            g("mb_per_s").c_str(), g("rss_kib_per_socket").c_str(), g("idle_cpu_pct").c_str());
+    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(),
+            r.placement.c_str(), r.transport.c_str(), r.size, g("p50_us").c_str(),
+            g("p99_us").c_str(), g("mean_us").c_str(), g("count").c_str(), g("msg_per_s").c_str(),
+            g("mb_per_s").c_str(), g("rss_kib_per_socket").c_str(), g("idle_cpu_pct").c_str(),
+            g("peers").c_str(), g("first_sweep_s").c_str(), g("sweep_s").c_str(),
+            g("failed").c_str(), g("max_links_per_peer").c_str(), g("peers_linked").c_str(),
+            g("hub_fds").c_str(), g("hub_rss_kib").c_str());
   }
   fclose(f);
   printf("wrote %s\n", o.csv.c_str());
@@ -667,6 +1138,10 @@ void WriteCsv(const Options& o, const std::vector<Row>& rows) {
 void WritePlot(const Options& o, const std::vector<Row>& rows,
                const std::vector<std::string>& placements) {
   if (o.plot.empty()) return;
+  if (std::none_of(rows.begin(), rows.end(),
+                   [](const Row& r) { return r.test == "latency" || r.test == "rate"; })) {
+    return;  // nothing to draw (e.g. --lat-sizes '' --rate-sizes '')
+  }
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
     fprintf(stderr, "rds-bench: gnuplot not found (Debian package gnuplot-nox): no plot written\n");
     return;
@@ -786,17 +1261,33 @@ void PrintSummary(const Options& o, const std::vector<Row>& rows,
              cpu);
     target("idle process: < 1% CPU and < 4 KiB per socket", true, kib < 4 && cpu < 1, buf);
   }
+  for (const Row& r : rows) {
+    if (r.test != "scale") continue;
+    const bool worked = ScaleWorked(r);
+    const double peers = r.v.at("peers"), max_links = r.v.at("max_links_per_peer");
+    const bool met = worked && max_links <= 1;
+    snprintf(buf, sizeof(buf), "%zu sockets, %.0f peers: %s, at most %.0f connection(s) per peer "
+             "engine", r.size, peers, worked ? "all echoed" : "echoes FAILED", max_links);
+    // A smaller run says nothing about the target unless it already fails it.
+    target("scale: 10,000 sockets in one process and 64 peer processes work; <=1 connection per "
+           "engine pair",
+           (r.size >= 10000 && peers >= 64) || !met, met, buf);
+  }
 }
 
 int Usage() {
   fprintf(stderr,
           "usage: rds-bench --preload LIB [--seconds S] [--lat-sizes LIST] [--rate-sizes LIST]\n"
           "                 [--placements host,netns] [--cpus split|same|none]\n"
-          "                 [--transports rds,tcp] [--idle-sockets N] [--csv FILE]\n"
+          "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
+          "                 [--scale-peers P] [--scale-wait auto|epoll|poll] [--csv FILE]\n"
           "                 [--plot FILE.png|'']\n"
-          "  LIST: comma-separated sizes such as 64,1K,64K,1M. Defaults: 64 B … 1 MiB,\n"
-          "  1 s per measurement, both placements, server on cpu0 and client on cpu1,\n"
-          "  and an idle process with 1000 bound sockets (--idle-sockets 0: none).\n");
+          "  LIST: comma-separated sizes such as 64,1K,64K,1M ('' skips that measurement).\n"
+          "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, server on cpu0\n"
+          "  and client on cpu1, an idle process with 1000 bound sockets (--idle-sockets 0:\n"
+          "  none), and the scale run: one process with 10000 sockets echoing to 64 peer\n"
+          "  processes, same host (--scale-sockets 0: none), waiting with epoll if the fd\n"
+          "  limit allows two fds per socket, else with poll (--scale-wait).\n");
   return 2;
 }
 
@@ -827,6 +1318,13 @@ int main(int argc, char** argv) {
     else if (key == "--placements") o.placements = Split(val, ',');
     else if (key == "--transports") o.transports = Split(val, ',');
     else if (key == "--idle-sockets") o.idle_sockets = static_cast<size_t>(atol(val.c_str()));
+    else if (key == "--scale-sockets") o.scale_sockets = static_cast<size_t>(atol(val.c_str()));
+    else if (key == "--scale-peers") o.scale_peers = atoi(val.c_str());
+    else if (key == "--count") w.count = static_cast<size_t>(atol(val.c_str()));
+    else if (key == "--peers") w.peers = atoi(val.c_str());
+    else if (key == "--index") w.index = atoi(val.c_str());
+    else if (key == "--wait") w.wait = val;
+    else if (key == "--scale-wait") o.scale_wait = val;
     else if (key == "--cpus") o.cpus = val;
     else if (key == "--csv") o.csv = val;
     else if (key == "--plot") o.plot = val;
@@ -849,6 +1347,14 @@ int main(int argc, char** argv) {
   if (worker) return RunWorker(w);
   if (o.preload.empty() || o.seconds <= 0) return Usage();
   if (o.cpus != "split" && o.cpus != "same" && o.cpus != "none") return Usage();
+  if (o.scale_wait != "auto" && o.scale_wait != "epoll" && o.scale_wait != "poll") return Usage();
+  if (o.scale_sockets > 0 &&
+      (o.scale_peers < 1 || static_cast<size_t>(o.scale_peers) > o.scale_sockets ||
+       o.scale_sockets > static_cast<size_t>(65535 - kScaleBasePort))) {
+    fprintf(stderr, "rds-bench: --scale-peers must be 1 … --scale-sockets, and --scale-sockets "
+                    "at most %d\n", 65535 - kScaleBasePort);
+    return 2;
+  }
 
   char resolved[4096];
   if (!realpath(o.preload.c_str(), resolved)) Die(o.preload.c_str());
@@ -923,6 +1429,35 @@ int main(int argc, char** argv) {
     } else {
       printf("%.2f KiB per socket, %.3f%% CPU\n", row.v["rss_kib_per_socket"],
              row.v["idle_cpu_pct"]);
+      rows.push_back(std::move(row));
+    }
+  }
+  if (o.scale_sockets > 0) {
+    // Scale: one process with scale_sockets sockets, scale_peers peer processes (same host).
+    printf("scale host rds %zu sockets %d peers ... ", o.scale_sockets, o.scale_peers);
+    fflush(stdout);
+    Row row;
+    if (!MeasureScale(o, &row)) {
+      printf("FAILED\n");
+      failed = true;
+    } else {
+      const std::map<std::string, double>& v = row.v;
+      if (ScaleWorked(row)) {
+        printf("all echoed in %.3f s (first sweep %.3f s, peers started in %.2f s)",
+               v.at("sweep_s"), v.at("first_sweep_s"), v.at("start_s"));
+      } else {
+        failed = true;
+        printf("FAILED: %.0f of %.0f echoes right, %.0f failed, hub errors %.0f%s",
+               v.at("ok"), static_cast<double>(kScaleRounds * row.size), v.at("failed"),
+               v.at("errors"), v.at("exits_ok") == 1 ? "" : ", a worker exited abnormally");
+      }
+      printf(", connections per peer engine: max %.0f (%.0f of %.0f peers linked, %.0f other "
+             "links); hub (%s): sockets bound in %.2f s, %.0f fds, %.1f MiB RSS (%.2f KiB per "
+             "socket)\n",
+             v.at("max_links_per_peer"), v.at("peers_linked"), v.at("peers"), v.at("other_links"),
+             v.at("epoll") == 1 ? "epoll" : "poll", v.at("bind_s"), v.at("hub_fds"),
+             v.at("hub_rss_kib") / 1024,
+             v.at("rss_kib_per_socket"));
       rows.push_back(std::move(row));
     }
   }

@@ -8,12 +8,15 @@ Not a performance test: the numbers are only checked for consistency, never agai
 2. Exit status 0; the summary table and the target lines are printed.
 3. The CSV has one row per (test, placement, transport, size), with p50 > 0 and p99 >= p50 for
    latency, rate > 0 and MB/s = rate x size for rate, and the idle row (200 bound sockets).
-4. With gnuplot installed (scripts/deps.sh installs gnuplot-nox) the PNG is written and is a
+4. The scale measurement, small (200 hub sockets, 4 peer processes, same host): every echo of
+   both sweeps came back intact (2 x 200), the CSV row has its timings, and the hub has exactly
+   one link to each peer engine (an invariant of DESIGN.md §3.2, not a performance number).
+5. With gnuplot installed (scripts/deps.sh installs gnuplot-nox) the PNG is written and is a
    PNG.
 
 Skipped in sanitizer builds (the bench re-executes itself under the preload library, which in
 those builds needs its sanitizer runtime ahead of it; the suite's other tests cover the library).
-Expected run time: ~10 s.
+Expected run time: ~10 s (the scale part well under 1 s).
 """
 
 import csv
@@ -44,6 +47,7 @@ class Bench(unittest.TestCase):
             argv = [bench, "--preload", itlib.path_of("RDS_IT_PRELOAD_LIB"), "--seconds", "0.2",
                     "--lat-sizes", "64,64K", "--rate-sizes", "64,1M",
                     "--placements", ",".join(placements), "--idle-sockets", "200",
+                    "--scale-sockets", "200", "--scale-peers", "4",
                     "--csv", csv_path, "--plot", png_path]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=240,
                                env=itlib.plain_env())
@@ -76,7 +80,22 @@ class Bench(unittest.TestCase):
             self.assertGreaterEqual(float(idle["idle_cpu_pct"]), 0)
             self.assertLess(float(idle["idle_cpu_pct"]), 100)
             self.assertIn("idle process: < 1% CPU and < 4 KiB per socket", r.stdout)
-            self.assertEqual(len(rows), len(placements) * 2 * 4 + 1)
+
+            scale = seen.get(("scale", "host", "rds", 200))
+            self.assertIsNotNone(scale, "no scale row")
+            self.assertEqual(int(float(scale["peers"])), 4)
+            self.assertEqual(int(float(scale["failed"])), 0)
+            self.assertEqual(int(float(scale["count"])), 2 * 200)  # two sweeps, all echoed
+            self.assertGreater(float(scale["first_sweep_s"]), 0)
+            self.assertGreater(float(scale["sweep_s"]), 0)
+            self.assertAlmostEqual(float(scale["msg_per_s"]), 200 / float(scale["sweep_s"]),
+                                   delta=0.01 * float(scale["msg_per_s"]))
+            self.assertEqual(int(float(scale["peers_linked"])), 4)
+            self.assertEqual(int(float(scale["max_links_per_peer"])), 1)
+            self.assertGreaterEqual(int(float(scale["hub_fds"])), 200)
+            self.assertIn("scale: 10,000 sockets in one process and 64 peer processes work",
+                          r.stdout)
+            self.assertEqual(len(rows), len(placements) * 2 * 4 + 2)
 
             if subprocess.run(["sh", "-c", "command -v gnuplot"],
                               capture_output=True).returncode == 0:
