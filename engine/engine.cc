@@ -534,6 +534,12 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const
 void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen,
                         uint64_t peer_ack) {
   if (p.link && p.link != link) {
+    // The peer connected again before this side saw its old link fail (it cut
+    // the link, or reset the connection): the old link is dropped here, and
+    // that is a connection reset as much as a failure seen first is.
+    log::Info("path to pid %d (%s): new link replaces the old one", p.peer_pid,
+              p.conn.key.faddr.ToString());
+    stats::Inc(stats::kConnReset);
     p.link->Close();
     p.link.reset();
     ReturnUnackedToBacklog(p);
