@@ -159,14 +159,36 @@ void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
         return RouteAndQueue(ns, m, /*may_set_up=*/false);
       })) {
   } else {
-    loop_.Post([this, m = std::move(m), ns = std::move(ns)]() mutable {
-      RouteAndQueue(ns, m, /*may_set_up=*/true);
-    });
+    // Queued for the engine thread without a task (an allocation and a
+    // queue node) per message: one task routes everything queued meanwhile.
+    // A task is posted when the list becomes non-empty and empties it, so
+    // exactly one is pending while the list holds messages, and work this
+    // thread posts after this send (a cancel, a reset) runs after it.
+    bool was_empty;
+    {
+      rds::MutexLock lock(&submit_mu_);
+      was_empty = submitted_.empty();
+      submitted_.push_back({std::move(m), std::move(ns)});
+    }
+    if (was_empty) loop_.Post([this] { RouteSubmitted(); });
   }
   // From the end: the gap is the application's, not the cost of this send.
   if (cfg.inline_send_stream_us > 0) {
     last_submit_end_ns_.store(MonotonicNs(), std::memory_order_relaxed);
   }
+}
+
+void Engine::RouteSubmitted() {
+  // The two vectors trade places so that neither is reallocated in a stream.
+  std::vector<Submitted> batch;
+  batch.swap(submitted_spare_);
+  {
+    rds::MutexLock lock(&submit_mu_);
+    batch.swap(submitted_);
+  }
+  for (Submitted& s : batch) RouteAndQueue(s.ns, s.m, /*may_set_up=*/true);
+  batch.clear();
+  submitted_spare_.swap(batch);
 }
 
 void Engine::DropMessage(const MessagePtr& m, int counter) {

@@ -149,6 +149,8 @@ class Engine {
   void ResolvePending(Connection& c);
   uint32_t AnswerRouteQuery(const std::shared_ptr<NetNs>& ns, const RdsAddr& addr, uint16_t port);
   void DropMessage(const MessagePtr& m, int counter);
+  // Routes the messages Submit queued for the engine thread, in order.
+  void RouteSubmitted();
 
   void OnUnixAccept();
   void OnTcpAccept(const std::shared_ptr<NetNs>& ns, int listen_fd);
@@ -173,6 +175,15 @@ class Engine {
   // inline_send_stream_us after it is part of a stream, batched by the engine
   // thread instead of written alone.
   std::atomic<int64_t> last_submit_end_ns_{0};
+  // Messages Submit handed to the engine thread (not sent inline), routed by
+  // RouteSubmitted; a task for that is pending exactly while it is non-empty.
+  struct Submitted {
+    MessagePtr m;
+    std::shared_ptr<NetNs> ns;
+  };
+  rds::Mutex submit_mu_;
+  std::vector<Submitted> submitted_ ABSL_GUARDED_BY(submit_mu_);
+  std::vector<Submitted> submitted_spare_;  // run lock: RouteSubmitted's spare buffer
 
   rds::Mutex serve_mu_;
   int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;

@@ -19,8 +19,12 @@ constexpr bool kEnabled = true;
 constexpr int kMinShift = 6;  // 64 B
 constexpr int kClasses = std::bit_width(kMaxSize) - kMinShift;  // 64 B … 4 KiB
 constexpr uint32_t kBatch = 32;
-// Idle blocks kept in the global list per class: about 8 MiB of the largest.
-constexpr size_t kMaxGlobalBatches = 64;
+// Idle bytes kept in the global list per class. Enough for a send buffer's
+// worth of the smallest messages (a sender refills its whole send buffer
+// after every drain: a smaller cap returns those blocks to the heap just
+// before they are needed again).
+constexpr size_t kMaxGlobalBytes = size_t{8} << 20;
+size_t MaxGlobalBatches(int c) { return kMaxGlobalBytes / (kBatch << (c + kMinShift)); }
 
 // A free block. The first block of a batch in the global list also links
 // the batches and counts its own chain (every class has room for that).
@@ -68,7 +72,7 @@ void PutBatch(int c, Block* head, uint32_t count) {
   head->count = count;
   {
     rds::MutexLock lock(&g_mu);
-    if (g_batch_count[c] < kMaxGlobalBatches) {
+    if (g_batch_count[c] < MaxGlobalBatches(c)) {
       head->next_batch = g_batches[c];
       g_batches[c] = head;
       ++g_batch_count[c];

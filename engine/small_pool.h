@@ -8,8 +8,8 @@
 // process's time in the 64 B stream, DESIGN.md §9.4). This pool keeps freed
 // blocks of a few size classes (64 B … 4 KiB) in per-thread caches and moves
 // them between threads in batches of 32 through a global list, one lock per
-// batch. It keeps at most about 8 MiB of idle blocks per class beyond the
-// threads' caches; the rest goes back to the heap.
+// batch. It keeps at most 8 MiB of idle blocks per class beyond the threads'
+// caches; the rest goes back to the heap.
 //
 // Use Allocate/Release for raw storage and PoolAllocator with
 // std::allocate_shared for objects.
