@@ -10,6 +10,7 @@
 #include "engine/registry.h"
 #include "engine/small_pool.h"
 #include "engine/socket.h"
+#include "engine/stats.h"
 #include "engine/sys.h"
 #include "engine/waiter.h"
 
@@ -19,7 +20,7 @@ namespace {
 
 rds::Mutex* const* ForkLocks() {
   static rds::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
-                                 &small_pool::ForkMutex(), nullptr};
+                                 &small_pool::ForkMutex(), &stats::ForkMutex(), nullptr};
   return locks;
 }
 

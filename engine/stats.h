@@ -1,12 +1,18 @@
 // engine/stats.h — the engine's counters: the kernel's RDS_INFO_COUNTERS
 // names (net/rds/stats.c, in its order) followed by the shim's own.
 //
-// Thread-safety: Inc/Add/Get are safe for concurrent use (relaxed atomics).
+// Counts are kept per thread and summed when read (stats.cc).
+//
+// Thread-safety: Inc/Add/Get are safe for concurrent use; Get sees each
+// thread's counts made before it with relaxed ordering (counters are not
+// synchronisation).
 #ifndef RDS_ENGINE_STATS_H_
 #define RDS_ENGINE_STATS_H_
 
 #include <cstddef>
 #include <cstdint>
+
+#include "engine/sync.h"
 
 namespace rds::stats {
 
@@ -75,6 +81,9 @@ const char* Name(Counter c);
 void Add(Counter c, uint64_t n);
 inline void Inc(Counter c) { Add(c, 1); }
 uint64_t Get(Counter c);
+
+// The lock taken across fork() (engine/fork.cc).
+rds::Mutex& ForkMutex();
 
 }  // namespace rds::stats
 
