@@ -113,27 +113,35 @@ void CongestionTable::RemoveWaiter(Waiter* w) {
   if (it != waiters_.end()) waiters_.erase(it);
 }
 
+std::optional<ReceiveCongestionChange> ReceiveCongestionChangeLocked(RdsSocket& rs) {
+  // Sockets on the loopback transport never mark congestion (§B.2).
+  if (!rs.bound || rs.transport == kTransLoop) return std::nullopt;
+  size_t rcvbuf = static_cast<size_t>(rs.RdsRcvbuf());
+  if (!rs.released && rs.rcv_bytes > rcvbuf) {
+    if (rs.congested) return std::nullopt;
+    rs.congested = true;
+  } else if (rs.congested && (rs.released || rs.rcv_bytes < rcvbuf / 2)) {
+    rs.congested = false;
+  } else {
+    return std::nullopt;
+  }
+  return ReceiveCongestionChange{*rs.bound, rs.congested};
+}
+
+void PublishReceiveCongestion(RdsSocket& rs, const ReceiveCongestionChange& change) {
+  if (CongestionTable::Get().SetLocal(rs.ns->key(), change.port.addr, change.port.port,
+                                      change.congested)) {
+    Engine::Get().SendCongestionUpdates(rs.ns, change.port.addr);
+  }
+}
+
 void UpdateReceiveCongestion(RdsSocket& rs) {
-  std::optional<RdsEndpoint> port;
-  bool congested = false;
+  std::optional<ReceiveCongestionChange> change;
   {
     rds::MutexLock lock(&rs.mu);
-    // Sockets on the loopback transport never mark congestion (§B.2).
-    if (!rs.bound || rs.transport == kTransLoop) return;
-    size_t rcvbuf = static_cast<size_t>(rs.RdsRcvbuf());
-    if (!rs.released && rs.rcv_bytes > rcvbuf) {
-      if (rs.congested) return;
-      rs.congested = congested = true;
-    } else if (rs.congested && (rs.released || rs.rcv_bytes < rcvbuf / 2)) {
-      rs.congested = false;
-    } else {
-      return;
-    }
-    port = rs.bound;
+    change = ReceiveCongestionChangeLocked(rs);
   }
-  if (CongestionTable::Get().SetLocal(rs.ns->key(), port->addr, port->port, congested)) {
-    Engine::Get().SendCongestionUpdates(rs.ns, port->addr);
-  }
+  if (change) PublishReceiveCongestion(rs, *change);
 }
 
 }  // namespace rds

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -88,6 +89,17 @@ class CongestionTable {
 // marks or clears its port's bit and tells the peers. Call without rs.mu.
 class RdsSocket;
 void UpdateReceiveCongestion(RdsSocket& rs);
+
+// The same in two steps, for callers that already hold rs.mu to change the
+// accounting: the decision with the lock held (records the socket's new state;
+// nullopt when its port's bit does not change), then, after unlocking, the
+// publication of a change.
+struct ReceiveCongestionChange {
+  RdsEndpoint port;
+  bool congested;
+};
+std::optional<ReceiveCongestionChange> ReceiveCongestionChangeLocked(RdsSocket& rs);
+void PublishReceiveCongestion(RdsSocket& rs, const ReceiveCongestionChange& change);
 
 }  // namespace rds
 

@@ -808,12 +808,13 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     SendControl(p, control::EncodeControl(notice));
     return true;
   }
-  bool overloaded;
-  {
-    rds::MutexLock lock(&rs->mu);
-    overloaded = rs->OverHardLimitLocked();
-  }
-  if (overloaded) {
+  auto m = NewMessage();
+  m->rx_trace[0] = m->rx_trace[1] = MonotonicNs();
+  m->header = h;
+  m->payload = std::move(payload);
+  m->saddr = c.key.faddr;
+  m->daddr = c.key.laddr;
+  if (Deliver(*rs, std::move(m), /*refuse_over_hard_limit=*/true) == DeliverResult::kRefused) {
     // The peer ignores congestion and this socket's queue is far beyond its
     // rcvbuf: refuse the message (unacknowledged, so it is retransmitted
     // later) and reset the link. Memory stays bounded; nothing is lost.
@@ -825,13 +826,6 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     OnPathDown(p, absl::ResourceExhaustedError("receiver overloaded"));
     return false;
   }
-  auto m = NewMessage();
-  m->rx_trace[0] = m->rx_trace[1] = MonotonicNs();
-  m->header = h;
-  m->payload = std::move(payload);
-  m->saddr = c.key.faddr;
-  m->daddr = c.key.laddr;
-  Deliver(*rs, std::move(m));
   return true;
 }
 

@@ -101,16 +101,20 @@ void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
 }  // namespace
 
 
-void Deliver(RdsSocket& rs, MessagePtr m) {
+DeliverResult Deliver(RdsSocket& rs, MessagePtr m, bool refuse_over_hard_limit) {
+  std::optional<ReceiveCongestionChange> change;
   {
     rds::MutexLock lock(&rs.mu);
     if (rs.released) {
       stats::Inc(stats::kRecvDropDeadSock);
-      return;
+      return DeliverResult::kDropped;
     }
+    if (refuse_over_hard_limit && rs.OverHardLimitLocked()) return DeliverResult::kRefused;
     Queue(rs, std::move(m));
+    change = ReceiveCongestionChangeLocked(rs);
   }
-  UpdateReceiveCongestion(rs);
+  if (change) PublishReceiveCongestion(rs, *change);
+  return DeliverResult::kQueued;
 }
 
 
@@ -256,6 +260,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     bool dequeued = false;
+    std::optional<ReceiveCongestionChange> change;
     if (!(flags & MSG_PEEK)) {
       rds::MutexLock lock(&rs.mu);
       if (!rs.recv_queue.empty() && rs.recv_queue.front() == m) {
@@ -265,6 +270,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         stats::Inc(stats::kRecvDelivered);
         rs.DrainTokensLocked(fd);
         dequeued = true;
+        change = ReceiveCongestionChangeLocked(rs);
         if (inq) {
           // UEK RDS_CMSG_INQ: the bytes still queued after this message (0
           // tells rds-stress to stop draining).
@@ -282,7 +288,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     msg.msg_controllen = cmsg.used();
-    if (dequeued) UpdateReceiveCongestion(rs);
+    if (change) PublishReceiveCongestion(rs, *change);
     return (flags & MSG_TRUNC) ? len : n;
   }
 }

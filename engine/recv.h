@@ -17,8 +17,12 @@ namespace rds {
 class RdsSocket;
 
 // Queues an arrived message on the destination socket (rds_recv_incoming's
-// final step). Drops it (counted) if the socket has been closed.
-void Deliver(RdsSocket& rs, MessagePtr m);
+// final step) and updates its receive congestion, under one hold of its lock.
+// Drops it (counted) if the socket has been closed. With
+// `refuse_over_hard_limit`, a socket far over its receive buffer
+// (RdsSocket::OverHardLimitLocked) refuses it instead.
+enum class DeliverResult { kQueued, kDropped, kRefused };
+DeliverResult Deliver(RdsSocket& rs, MessagePtr m, bool refuse_over_hard_limit = false);
 
 // recvmsg(2) (kernel-rds.md §A.5). `msg` is our copy of the caller's msghdr;
 // its buffers are application memory. On return, msg.msg_namelen,
