@@ -1,6 +1,8 @@
 // engine/cong.cc — congestion maps, per owner, ORed for senders.
 #include "engine/cong.h"
 
+#include <bit>
+
 #include "engine/engine.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
@@ -19,10 +21,12 @@ CongestionTable& CongestionTable::Get() { return *table; }
 
 void CongestionTable::ResetAfterFork() { table = new CongestionTable(); }
 
-void CongestionTable::AddrMaps::Recompute(size_t byte) {
+void CongestionTable::AddrMaps::Recompute(size_t byte, std::atomic<int64_t>& congested_ports) {
   uint8_t v = local[byte];
   for (auto& [pid, bits] : peers) v |= bits[byte];
+  const uint8_t old = effective[byte].load(std::memory_order_relaxed);
   effective[byte].store(v, std::memory_order_release);
+  if (v != old) congested_ports.fetch_add(std::popcount(v) - std::popcount(old), std::memory_order_release);
 }
 
 CongestionTable::AddrMaps* CongestionTable::Find(const Key& k) {
@@ -37,6 +41,8 @@ CongestionTable::AddrMaps& CongestionTable::FindOrCreate(const Key& k) {
 }
 
 bool CongestionTable::IsCongested(NetNsKey ns, const RdsAddr& addr, uint16_t port) {
+  // The usual case, without the lock: no port anywhere is congested.
+  if (congested_ports_.load(std::memory_order_acquire) == 0) return false;
   rds::ReaderMutexLock lock(&mu_);
   AddrMaps* m = Find({ns, addr});
   if (m == nullptr) return false;
@@ -54,7 +60,7 @@ bool CongestionTable::SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, 
     } else {
       m.local[port >> 3] &= static_cast<uint8_t>(~bit);
     }
-    m.Recompute(port >> 3);
+    m.Recompute(port >> 3, congested_ports_);
   }
   stats::Inc(stats::kCongUpdateQueued);
   Updated();
@@ -77,7 +83,7 @@ void CongestionTable::SetPeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer
     } else {
       std::memcpy(m.peers[peer].data(), bits, wire::kCongMapBytes);
     }
-    for (size_t i = 0; i < wire::kCongMapBytes; ++i) m.Recompute(i);
+    for (size_t i = 0; i < wire::kCongMapBytes; ++i) m.Recompute(i, congested_ports_);
   }
   Updated();
 }

@@ -65,7 +65,9 @@ class CongestionTable {
     std::array<std::atomic<uint8_t>, wire::kCongMapBytes> effective{};
     CongBits local{};
     absl::flat_hash_map<uint32_t, CongBits> peers;
-    void Recompute(size_t byte);
+    // Sets effective[byte] from the owners' maps, keeping `congested_ports`
+    // (the table's count of set effective bits) right.
+    void Recompute(size_t byte, std::atomic<int64_t>& congested_ports);
   };
   struct Key {
     NetNsKey ns;
@@ -83,6 +85,8 @@ class CongestionTable {
   absl::flat_hash_map<Key, std::unique_ptr<AddrMaps>> maps_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> generation_{0};
+  // Effective bits set in all maps: 0 lets IsCongested answer without the lock.
+  std::atomic<int64_t> congested_ports_{0};
 };
 
 // Receive-side accounting changed for a socket (kernel rds_recv_rcvbuf_delta):

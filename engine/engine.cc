@@ -376,8 +376,9 @@ void Engine::SendControl(Path& p, MessagePtr m) {
 }
 
 void Engine::OnAck(Path& p, uint64_t ack) {
+  SendSpaceRelease release;  // one lock per socket, not per message
   while (!p.unacked.empty() && p.unacked.front()->header.sequence <= ack) {
-    ReleaseSendSpace(*p.unacked.front());
+    release.Add(*p.unacked.front());
     p.unacked.pop_front();
   }
 }

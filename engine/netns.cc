@@ -121,15 +121,26 @@ absl::Status NetNs::RunIn(const std::function<absl::Status()>& fn) {
 }
 
 bool NetNs::IsLocalAddressCached(const RdsAddr& addr) {
+  // A sender asks about the same address message after message: the last
+  // answer is read without the lock (answers are never freed or changed).
+  if (const LocalAnswer* last = last_local_.load(std::memory_order_acquire);
+      last != nullptr && last->addr == addr) {
+    return last->local;
+  }
   {
     rds::ReaderMutexLock lock(&local_mu_);
     auto it = local_cache_.find(addr);
-    if (it != local_cache_.end()) return it->second;
+    if (it != local_cache_.end()) {
+      last_local_.store(it->second.get(), std::memory_order_release);
+      return it->second->local;
+    }
   }
   bool local = IsLocalAddress(addr);
   rds::MutexLock lock(&local_mu_);
-  local_cache_[addr] = local;
-  return local;
+  auto& slot = local_cache_[addr];
+  if (!slot) slot = std::make_unique<LocalAnswer>(LocalAnswer{addr, local});
+  last_local_.store(slot.get(), std::memory_order_release);
+  return slot->local;
 }
 
 bool NetNs::IsLocalAddress(const RdsAddr& addr) {

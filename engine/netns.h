@@ -11,6 +11,7 @@
 #ifndef RDS_ENGINE_NETNS_H_
 #define RDS_ENGINE_NETNS_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -53,7 +54,13 @@ class NetNs {
   NetNsKey key_;
   int ns_fd_;
   rds::Mutex local_mu_;
-  absl::flat_hash_map<RdsAddr, bool> local_cache_ ABSL_GUARDED_BY(local_mu_);
+  struct LocalAnswer {
+    RdsAddr addr;
+    bool local;
+  };
+  absl::flat_hash_map<RdsAddr, std::unique_ptr<const LocalAnswer>> local_cache_
+      ABSL_GUARDED_BY(local_mu_);
+  std::atomic<const LocalAnswer*> last_local_{nullptr};  // an entry of local_cache_
   std::unique_ptr<PortRegistry> ports_;
 };
 

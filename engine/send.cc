@@ -361,22 +361,40 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
 }
 
 void ReleaseSendSpace(Message& m) {
+  SendSpaceRelease release;
+  release.Add(m);
+}
+
+void SendSpaceRelease::Add(Message& m) {
   if (!m.sender) return;
-  RdsSocket& rs = *m.sender;
+  if (m.sender != socket_) {
+    Flush();
+    socket_ = std::move(m.sender);
+  } else {
+    m.sender.reset();
+  }
+  bytes_ += m.payload.size();
+  if (m.zcopy_cookie) cookies_.push_back(*m.zcopy_cookie);
+}
+
+void SendSpaceRelease::Flush() {
+  if (!socket_) return;
+  RdsSocket& rs = *socket_;
   {
     rds::MutexLock lock(&rs.mu);
-    size_t n = m.payload.size();
-    rs.snd_bytes = rs.snd_bytes >= n ? rs.snd_bytes - n : 0;
-    if (m.zcopy_cookie && !rs.released) {
-      // The message is done with the application's buffer: its zerocopy
-      // completion is reported (rds_rm_zerocopy_callback).
-      rs.zcookies.push_back(*m.zcopy_cookie);
+    rs.snd_bytes = rs.snd_bytes >= bytes_ ? rs.snd_bytes - bytes_ : 0;
+    if (!cookies_.empty() && !rs.released) {
+      // The messages are done with the application's buffers: their zerocopy
+      // completions are reported (rds_rm_zerocopy_callback).
+      for (uint32_t c : cookies_) rs.zcookies.push_back(c);
       rs.NotifyLocked(/*arrival=*/true);
     } else {
       rs.WakeWaitersLocked();
     }
   }
-  m.sender.reset();
+  socket_.reset();
+  bytes_ = 0;
+  cookies_.clear();
 }
 
 }  // namespace rds

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "engine/message.h"
 
@@ -27,6 +28,25 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags);
 
 // The message's bytes no longer count against its sender's send buffer.
 void ReleaseSendSpace(Message& m);
+
+// ReleaseSendSpace for many messages at once (an acknowledgement): runs of
+// messages from the same socket are released under one hold of its lock, at
+// the next message from another socket, Flush() or destruction.
+class SendSpaceRelease {
+ public:
+  SendSpaceRelease() = default;
+  SendSpaceRelease(const SendSpaceRelease&) = delete;
+  SendSpaceRelease& operator=(const SendSpaceRelease&) = delete;
+  ~SendSpaceRelease() { Flush(); }
+
+  void Add(Message& m);
+  void Flush();
+
+ private:
+  std::shared_ptr<RdsSocket> socket_;
+  size_t bytes_ = 0;
+  absl::InlinedVector<uint32_t, 4> cookies_;  // MSG_ZEROCOPY completions, in order
+};
 
 }  // namespace rds
 
