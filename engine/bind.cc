@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -36,6 +37,8 @@ struct Table {
 
 Table* table_ptr = new Table();
 Table& table() { return *table_ptr; }
+// Bumped with table().mu held after every change of the table.
+std::atomic<uint64_t> g_epoch{1};
 
 bool IsLoopbackAddress(const RdsAddr& a) {
   if (a.IsV4Mapped()) return (ntohl(a.V4().s_addr) >> 24) == 127;
@@ -135,6 +138,7 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
   rs.bound = RdsEndpoint{want.addr, port};
   rs.transport = transport;
   table().sockets[BindKey{rs.ns->key(), *rs.bound}] = rs.weak_from_this();
+  g_epoch.fetch_add(1, std::memory_order_release);
   rs.ns->ports().BumpPortGeneration(want.addr, port);
   rs.ns->ports().BumpBindGeneration();
   log::Debug("socket %016x bound to %s:%u", rs.id, want.addr.ToString(), port);
@@ -150,6 +154,7 @@ void Unbind(RdsSocket& rs) {
   if (!bound) return;
   rds::MutexLock table_lock(&table().mu);
   table().sockets.erase(BindKey{rs.ns->key(), *bound});
+  g_epoch.fetch_add(1, std::memory_order_release);
   rs.ns->ports().BumpPortGeneration(bound->addr, bound->port);
   rs.ns->ports().Unlock(bound->addr, bound->port);
   rs.ns->ports().BumpBindGeneration();
@@ -162,8 +167,13 @@ std::shared_ptr<RdsSocket> FindBound(NetNsKey ns, const RdsEndpoint& local) {
   return it->second.lock();
 }
 
+uint64_t BindTableEpoch() { return g_epoch.load(std::memory_order_acquire); }
+
 bool IsBoundHere(NetNsKey ns, const RdsEndpoint& local) { return FindBound(ns, local) != nullptr; }
 
-void ResetBindTableAfterFork() { table_ptr = new Table(); }
+void ResetBindTableAfterFork() {
+  table_ptr = new Table();
+  g_epoch.fetch_add(1, std::memory_order_release);
+}
 
 }  // namespace rds

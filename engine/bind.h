@@ -29,6 +29,11 @@ void Unbind(RdsSocket& rs);
 // The bound socket of this process at (ns, addr, port), or null.
 std::shared_ptr<RdsSocket> FindBound(NetNsKey ns, const RdsEndpoint& local);
 
+// Changes whenever the bind table does (a bind or an unbind, any namespace):
+// a FindBound answer looked up after reading an epoch holds while the epoch
+// reads the same.
+uint64_t BindTableEpoch();
+
 // True if this process has (ns, addr, port) bound.
 bool IsBoundHere(NetNsKey ns, const RdsEndpoint& local);
 

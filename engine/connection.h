@@ -68,6 +68,13 @@ class Path {
   EventLoop::TimerId ack_timer = 0;
   bool ack_posted = false;
   uint64_t rx_messages = 0;            // on the current link (fault injection)
+  // The socket the last message was delivered to, while the bind table's
+  // epoch is unchanged (BindTableEpoch): a stream skips the table lookup.
+  struct {
+    uint16_t port = 0;
+    uint64_t epoch = 0;
+    std::weak_ptr<RdsSocket> socket;
+  } last_destination;
   bool connect_delayed = false;        // fault injection: the delay was served
   absl::Duration backoff = absl::ZeroDuration();
   EventLoop::TimerId retry_timer = 0;

@@ -800,7 +800,16 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     PathSend(p, std::move(pong));
     return true;
   }
-  std::shared_ptr<RdsSocket> rs = FindBound(c.ns->key(), {c.key.laddr, h.dport});
+  std::shared_ptr<RdsSocket> rs;
+  auto& last = p.last_destination;
+  if (const uint64_t epoch = BindTableEpoch(); last.epoch == epoch && last.port == h.dport) {
+    rs = last.socket.lock();
+  } else {
+    rs = FindBound(c.ns->key(), {c.key.laddr, h.dport});
+    last.port = h.dport;
+    last.epoch = epoch;
+    last.socket = rs;
+  }
   if (!rs) {
     stats::Inc(stats::kRecvDropNoSock);
     control::Control notice;
@@ -810,7 +819,8 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     return true;
   }
   auto m = NewMessage();
-  m->rx_trace[0] = m->rx_trace[1] = MonotonicNs();
+  // Header seen and message complete: the read that brought its end.
+  m->rx_trace[0] = m->rx_trace[1] = p.link ? p.link->last_read_ns() : MonotonicNs();
   m->header = h;
   m->payload = std::move(payload);
   m->saddr = c.key.faddr;

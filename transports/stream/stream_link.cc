@@ -144,6 +144,7 @@ void StreamLink::OnReadable() {
     if (!direct.empty()) {
       n = sys::Read(fd_, direct.data(), direct.size());
       if (n > 0) {
+        last_read_ns_ = MonotonicNs();
         reassembler_.CommitDirect(static_cast<size_t>(n), sink);
         continue;
       }
@@ -173,6 +174,7 @@ void StreamLink::OnReadable() {
         n = sys::Read(fd_, read_buf_.data(), read_buf_.size());
       }
       if (n > 0) {
+        last_read_ns_ = MonotonicNs();
         absl::Status s = reassembler_.Feed({read_buf_.data(), static_cast<size_t>(n)}, sink);
         if (!s.ok()) {
           stats::Inc(stats::kShimConnDropBadInput);

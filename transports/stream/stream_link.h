@@ -43,6 +43,10 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   std::string Describe() const override { return description_; }
 
   int fd() const { return fd_; }
+  // When the read that completed the message being handed to on_message
+  // returned (MonotonicNs): its receive time, taken once per read rather
+  // than once per message.
+  int64_t last_read_ns() const { return last_read_ns_; }
   // An fd received with SCM_RIGHTS (accept_fds links), or -1. Ownership passes
   // to the caller.
   int TakeReceivedFd();
@@ -71,6 +75,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool close_after_flush_ = false;
   bool want_write_ = false;
   bool flush_scheduled_ = false;
+  int64_t last_read_ns_ = 0;
   std::string description_;
   Callbacks cb_;
   std::deque<Out> out_;
