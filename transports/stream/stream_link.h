@@ -81,6 +81,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   std::deque<Out> out_;
   Reassembler reassembler_;
   std::vector<uint8_t> read_buf_;
+  std::vector<uint8_t> stage_;  // Flush: small messages copied together for one iovec entry
   std::vector<int> received_fds_;
 };
 
