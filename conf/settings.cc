@@ -228,7 +228,7 @@ std::vector<std::pair<std::string, std::string>> Effective() {
     if (auto p = std::get_if<int64_t Settings::*>(&spec.field)) {
       value = absl::StrCat(s.**p);
     } else if (auto p = std::get_if<bool Settings::*>(&spec.field)) {
-      value = s.**p ? "1" : "0";
+      value.push_back(s.**p ? '1' : '0');
     } else {
       value = s.*std::get<std::string Settings::*>(spec.field);
     }

@@ -215,6 +215,12 @@ int SelectCore(int nfds, fd_set* r, fd_set* w, fd_set* e, const struct timespec*
 
 }  // namespace
 
+// glibc declares poll's and ppoll's array write-only (__attr_access
+// ((__write_only__, 1, 2)) in <sys/poll.h>), so g++ warns that the wrappers
+// read it "uninitialised". The kernel reads fd and events from it; so do we.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 extern "C" {
 
 int poll(pollfd* fds, nfds_t n, int timeout) {
@@ -246,6 +252,8 @@ int ppoll(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t*
   }
   return PollLocal(*local, fds, timeout ? &ts : nullptr, mask ? &set : nullptr);
 }
+
+#pragma GCC diagnostic pop
 
 int __ppoll_chk(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask,
                 size_t fdslen) {
