@@ -174,7 +174,8 @@ MessagePtr EncodeControl(const Control& c) {
 
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload) {
   std::optional<uint8_t> op = wire::ParseExtHeaders(header).shim_control;
-  if (!wire::IsShimControl(header) || !op || *op < 1 || *op > 5) {
+  if (!wire::IsShimControl(header) || !op || *op < 1 ||
+      *op > static_cast<uint8_t>(Op::kInfoDataPart)) {
     return absl::InvalidArgumentError("not a shim control message");
   }
   Reader r(payload.data(), payload.size());
@@ -187,6 +188,45 @@ absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload&
   c.data.resize(r.remaining());
   r.Bytes(c.data.data(), c.data.size());
   return c;
+}
+
+std::vector<MessagePtr> EncodeInfoAnswer(uint32_t each, std::vector<uint8_t> bytes) {
+  std::vector<MessagePtr> out;
+  size_t off = 0;
+  while (bytes.size() - off > kInfoPartBytes) {
+    Control part;
+    part.op = Op::kInfoDataPart;
+    part.query_id = each;
+    part.data.assign(bytes.begin() + static_cast<ptrdiff_t>(off),
+                     bytes.begin() + static_cast<ptrdiff_t>(off + kInfoPartBytes));
+    out.push_back(EncodeControl(part));
+    off += kInfoPartBytes;
+  }
+  Control last;
+  last.op = Op::kInfoData;
+  last.query_id = each;
+  if (off == 0) {
+    last.data = std::move(bytes);
+  } else {
+    last.data.assign(bytes.begin() + static_cast<ptrdiff_t>(off), bytes.end());
+  }
+  out.push_back(EncodeControl(last));
+  return out;
+}
+
+absl::Status InfoAnswerReader::Add(Control&& c) {
+  if (complete_) return absl::InvalidArgumentError("a message after the end of the answer");
+  if (c.op != Op::kInfoData && c.op != Op::kInfoDataPart) {
+    return absl::InvalidArgumentError("not a part of an info answer");
+  }
+  each_ = c.query_id;
+  if (bytes_.empty()) {
+    bytes_ = std::move(c.data);
+  } else {
+    bytes_.insert(bytes_.end(), c.data.begin(), c.data.end());
+  }
+  complete_ = c.op == Op::kInfoData;
+  return absl::OkStatus();
 }
 
 }  // namespace rds::control

@@ -74,6 +74,8 @@ enum class Op : uint8_t {
   kPortUnreachable = 3,  // a message to `port` found no socket here: re-resolve
   kAck = 4,              // acknowledgement only: everything up to header.ack is delivered
   kInfoData = 5,         // answer to a kInfo hello: items of `query_id` bytes each in `data`
+  kInfoDataPart = 6,     // a leading part of an answer longer than one message; the
+                         // kInfoData that follows the parts carries the rest
 };
 
 struct Control {
@@ -86,6 +88,28 @@ struct Control {
 
 MessagePtr EncodeControl(const Control& c);
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload);
+
+// The answer to a kInfo hello: `bytes` (items of `each` bytes; an engine's
+// JSON state for option 0) in as many messages as it needs — kInfoDataPart
+// controls, then one kInfoData — each within the RDS message size limit.
+std::vector<MessagePtr> EncodeInfoAnswer(uint32_t each, std::vector<uint8_t> bytes);
+inline constexpr size_t kInfoPartBytes = 512 * 1024;
+
+// Collects an answer sent by EncodeInfoAnswer from its controls, in order.
+class InfoAnswerReader {
+ public:
+  // Takes the next control of the answer. An error for anything but a part
+  // or the final kInfoData (or for a control after the final one).
+  absl::Status Add(Control&& c);
+  bool complete() const { return complete_; }
+  uint32_t each() const { return each_; }
+  std::vector<uint8_t>& bytes() { return bytes_; }
+
+ private:
+  bool complete_ = false;
+  uint32_t each_ = 0;
+  std::vector<uint8_t> bytes_;
+};
 
 }  // namespace rds::control
 

@@ -861,6 +861,7 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
     case control::Op::kAck:
       return;  // header.ack was applied on arrival
     case control::Op::kInfoData:
+    case control::Op::kInfoDataPart:
       return;  // only on rdsctl/RDS_INFO query links, never on a path
   }
 }
@@ -1129,12 +1130,11 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
         Reply(link, control::HelloResult::kRefused, 0, true);
         return;
       }
-      control::Control data;
-      data.op = control::Op::kInfoData;
-      data.query_id = static_cast<uint32_t>(items->each);
-      data.data = std::move(items->bytes);
       Reply(link, control::HelloResult::kAnswer, pid_, false);
-      link->Send(control::EncodeControl(data));
+      for (MessagePtr& part :
+           control::EncodeInfoAnswer(static_cast<uint32_t>(items->each), std::move(items->bytes))) {
+        link->Send(std::move(part));
+      }
       incoming_.erase(link);
       link->CloseAfterFlush();
       return;

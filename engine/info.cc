@@ -23,6 +23,7 @@
 #include "engine/control.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/log.h"
 #include "engine/reassembler.h"
 #include "engine/registry.h"
 #include "engine/socket.h"
@@ -310,22 +311,50 @@ std::optional<InfoItems> QueryEngine(const std::string& path, int option, NetNsK
     }
     if (sys::WriteAll(fd, out.data(), out.size())) {
       Reassembler reader;
+      control::InfoAnswerReader answer;
       bool done = false;
+      bool answered = false;  // the engine accepted the query
+      std::string failure;
       auto sink = [&](wire::Header&& hdr, Payload&& payload) {
+        if (done) return;
         absl::StatusOr<control::Control> c = control::DecodeControl(hdr, payload);
-        if (c.ok() && c->op == control::Op::kInfoData) {
-          result = InfoItems{c->query_id, std::move(c->data)};
-          done = true;
+        if (c.ok()) {
+          if (absl::Status added = answer.Add(std::move(*c)); !added.ok()) {
+            failure = std::string(added.message());
+            done = true;
+          } else if (answer.complete()) {
+            result = InfoItems{answer.each(), std::move(answer.bytes())};
+            done = true;
+          }
         } else if (control::IsHello(hdr)) {
           absl::StatusOr<control::Hello> reply = control::DecodeHello(hdr, payload);
-          if (!reply.ok() || reply->result != control::HelloResult::kAnswer) done = true;
+          if (!reply.ok() || reply->result != control::HelloResult::kAnswer) {
+            done = true;
+          } else {
+            answered = true;
+          }
         }
       };
       std::vector<uint8_t> buf(64 * 1024);
       while (!done) {
         ssize_t n = sys::Read(fd, buf.data(), buf.size());
-        if (n <= 0) break;
-        if (!reader.Feed({buf.data(), static_cast<size_t>(n)}, sink).ok()) break;
+        if (n == 0) {
+          failure = "it closed the connection";
+        } else if (n < 0) {
+          failure = (errno == EAGAIN || errno == EWOULDBLOCK) ? "no answer within 1 s"
+                                                               : strerror(errno);
+        } else if (!reader.Feed({buf.data(), static_cast<size_t>(n)}, sink).ok()) {
+          failure = "invalid framing";
+        }
+        if (!failure.empty()) break;
+      }
+      // An engine that refuses (it does not serve this namespace) or has just
+      // exited has no rows to give; one that fails to answer has, and they are
+      // missing from the result.
+      if (!failure.empty() && (answered || !answer.bytes().empty())) {
+        log::Warn("RDS_INFO option %d: the engine at %s did not answer in full (%s); its rows "
+                  "are left out",
+                  option, path, failure);
       }
     }
   }

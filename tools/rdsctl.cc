@@ -183,6 +183,7 @@ struct Query {
   std::vector<uint8_t> out;
   size_t out_off = 0;
   rds::Reassembler reader;
+  rds::control::InfoAnswerReader answer;
 };
 
 bool ProcessAlive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
@@ -334,12 +335,13 @@ void Step(Query& q, short revents) {
         return;
       }
       absl::StatusOr<rds::control::Control> c = rds::control::DecodeControl(hdr, payload);
-      if (!c.ok() || c->op != rds::control::Op::kInfoData) {
+      if (!c.ok() || !q.answer.Add(std::move(*c)).ok()) {
         q.engine.error = "unexpected message instead of its state";
         q.done = true;
         return;
       }
-      std::string text = ValidUtf8(c->data);
+      if (!q.answer.complete()) return;  // more parts follow
+      std::string text = ValidUtf8(q.answer.bytes());
       json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded() || !j.is_object()) {
         q.engine.error = "its state is not a JSON object";

@@ -7,12 +7,14 @@ Commands (one per line) and answers:
   bind NAME ADDR PORT                 -> "bound NAME ADDR PORT" (PORT 0: the chosen one)
   send NAME DADDR DPORT COUNT SIZE    -> "sent NAME COUNT"
   recv NAME COUNT                     -> "received NAME COUNT"  (blocking, 10 s timeout)
+  bindmany COUNT ADDR                 -> "boundmany COUNT"      (COUNT sockets, chosen ports)
   quit                                -> exits 0
 Errors print "error ..." and exit 1. Starts with "ready PID".
 """
 
 import ctypes
 import os
+import resource
 import socket
 import sys
 
@@ -43,6 +45,16 @@ def main():
             s.settimeout(10)
             socks[name] = s
             print(f"bound {name} {addr} {s.getsockname()[1]}", flush=True)
+        elif cmd == "bindmany":
+            count, addr = int(w[1]), w[2]
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft < count + 256:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 256), hard))
+            for i in range(count):
+                s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
+                s.bind((addr, 0))
+                socks[f"many{i}"] = s
+            print(f"boundmany {count}", flush=True)
         elif cmd == "send":
             name, daddr, dport, count, size = w[1], w[2], int(w[3]), int(w[4]), int(w[5])
             for i in range(count):

@@ -369,6 +369,22 @@ class RdsctlTwoHosts(unittest.TestCase):
 
 
 class RdsctlHost(unittest.TestCase):
+    def test_engine_with_thousands_of_sockets(self):
+        # Its state (about 270 bytes of JSON per socket) is larger than one RDS message
+        # (1 MiB): the engine answers in parts, and rdsctl shows every socket.
+        rundir = itlib.make_tmpdir("rdsctl-many")
+        count = 6000
+        pm = itlib.Proc("PM", [sys.executable, PEER], rundir)
+        pid_m = int(pm.expect("ready", STEP).split()[1])
+        pm.send(f"bindmany {count} 127.0.0.1")
+        pm.expect(f"boundmany {count}", 120)
+        doc = rdsctl_json(self, rundir, "--timeout=10")
+        e = engine(doc, pid_m)
+        self.assertNotIn("error", e)
+        self.assertEqual(len(e["sockets"]), count)
+        self.assertEqual(len({s["bound"] for s in e["sockets"]}), count)
+        pm.send("quit")
+
     def test_stale_hung_and_escaping(self):
         rundir = itlib.make_tmpdir("rdsctl-host")
         # A stale socket: a dead pid (above any pid_max) whose file outlived its listener.

@@ -80,5 +80,43 @@ TEST(ControlTest, ControlRoundTrips) {
   EXPECT_EQ(back->owner_pid, 321u);
 }
 
+// An info answer larger than one RDS message (an engine with thousands of sockets) goes in
+// parts, each within the message size limit, and is put back together byte for byte.
+TEST(ControlTest, LargeInfoAnswerGoesInPartsThatReassemble) {
+  for (size_t size : {size_t{0}, size_t{100}, kInfoPartBytes, kInfoPartBytes + 1,
+                      size_t{5} * kInfoPartBytes / 2, size_t{4} << 20}) {
+    std::vector<uint8_t> bytes(size);
+    for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+    std::vector<MessagePtr> msgs = EncodeInfoAnswer(36, bytes);
+    ASSERT_EQ(msgs.size(), size <= kInfoPartBytes ? 1u : (size + kInfoPartBytes - 1) / kInfoPartBytes)
+        << size;
+    InfoAnswerReader reader;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      EXPECT_LE(msgs[i]->payload.size(), wire::kMaxMessageSize);
+      EXPECT_FALSE(reader.complete());
+      absl::StatusOr<Control> c = DecodeControl(msgs[i]->header, msgs[i]->payload);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->op, i + 1 == msgs.size() ? Op::kInfoData : Op::kInfoDataPart);
+      ASSERT_TRUE(reader.Add(std::move(*c)).ok());
+    }
+    EXPECT_TRUE(reader.complete());
+    EXPECT_EQ(reader.each(), 36u);
+    EXPECT_EQ(reader.bytes(), bytes) << size;
+  }
+}
+
+TEST(ControlTest, InfoAnswerReaderRejectsOtherMessagesAndExtraParts) {
+  InfoAnswerReader reader;
+  Control ack;
+  ack.op = Op::kAck;
+  EXPECT_FALSE(reader.Add(std::move(ack)).ok());
+  Control last;
+  last.op = Op::kInfoData;
+  ASSERT_TRUE(reader.Add(std::move(last)).ok());
+  Control extra;
+  extra.op = Op::kInfoDataPart;
+  EXPECT_FALSE(reader.Add(std::move(extra)).ok());
+}
+
 }  // namespace
 }  // namespace rds::control
