@@ -20,7 +20,8 @@ namespace {
 
 rds::Mutex* const* ForkLocks() {
   static rds::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
-                                 &small_pool::ForkMutex(), &stats::ForkMutex(), nullptr};
+                                 &small_pool::ForkMutex(), &stats::ForkMutex(),
+                                 &SocketIdMutex(), nullptr};
   return locks;
 }
 
@@ -40,6 +41,7 @@ void ResetEngineAfterFork() {
   sys::ForEachInternal([](int fd) { sys::Close(fd); });
   sys::ForgetAllInternal();
   Engine::ResetAfterFork();
+  ResetSocketIdsAfterFork();
   NetNs::ResetAfterFork();
   ResetBindTableAfterFork();
   CongestionTable::ResetAfterFork();

@@ -30,22 +30,48 @@ socklen_t NameOf(uint64_t id, sockaddr_un* sun) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
 
-uint64_t RandomId() {
-  thread_local absl::BitGen gen;
-  uint64_t id;
-  do {
-    id = absl::Uniform<uint64_t>(gen);
-  } while (id == 0);
-  return id;
+// Socket ids are a random base per process plus a counter, so that one
+// process's ids are consecutive: its ownership locks (a one-byte POSIX lock at
+// offset id of the host-wide sockets.lock, registry.h) then merge into one
+// range in the kernel's lock list, which every lock operation walks. With
+// random ids the list held one entry per socket of the host, and creating a
+// socket near 10,000 of them cost 0.3–0.8 ms instead of 16 µs. 38 random bits
+// (of the 62 the lock offset keeps) make two processes' ranges collide with
+// probability ≈ P² / 2^39 for P processes.
+constexpr int kIdCounterBits = 22;
+constexpr uint64_t kIdCounterMask = (uint64_t{1} << kIdCounterBits) - 1;
+
+rds::Mutex g_id_mu(absl::kConstInit);
+uint64_t g_next_id ABSL_GUARDED_BY(g_id_mu) = 0;  // 0: draw a base at next use
+
+uint64_t NextId(bool fresh_base) {
+  rds::MutexLock lock(&g_id_mu);
+  if (fresh_base || g_next_id == 0 || (g_next_id & kIdCounterMask) == 0) {
+    thread_local absl::BitGen gen;
+    uint64_t base;
+    do {
+      base = absl::Uniform<uint64_t>(gen) & ~kIdCounterMask & 0x3fffffffffffffffULL;
+    } while (base == 0);
+    g_next_id = base + 1;
+  }
+  return g_next_id++;
 }
 
 }  // namespace
+
+rds::Mutex& SocketIdMutex() { return g_id_mu; }
+
+void ResetSocketIdsAfterFork() {
+  rds::MutexLock lock(&g_id_mu);
+  g_next_id = 0;  // the child draws its own base: the parent goes on with this one
+}
 
 absl::StatusOr<BackingFd> CreateBackingFd(int flags) {
   int fd = sys::Socket(AF_UNIX, SOCK_DGRAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
   if (fd < 0) return RdsError(errno);  // EMFILE at RLIMIT_NOFILE, as socket() gives
   for (int attempt = 0; attempt < 8; ++attempt) {
-    uint64_t id = RandomId();
+    // The name is taken in this namespace: another process has this base.
+    uint64_t id = NextId(/*fresh_base=*/attempt > 0);
     sockaddr_un sun;
     socklen_t len = NameOf(id, &sun);
     if (sys::Bind(fd, reinterpret_cast<sockaddr*>(&sun), len) == 0) return BackingFd{fd, id};

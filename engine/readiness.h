@@ -21,18 +21,25 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "engine/sync.h"
 
 namespace rds {
 
 class NetNs;
 
 // Creates the backing fd for a new RDS socket with the given SOCK_NONBLOCK /
-// SOCK_CLOEXEC flags, bound to the name of a fresh random id.
+// SOCK_CLOEXEC flags, bound to the name of a fresh id (this process's random
+// base plus a counter: consecutive within a process, see readiness.cc).
 struct BackingFd {
   int fd;
   uint64_t id;
 };
 absl::StatusOr<BackingFd> CreateBackingFd(int flags);
+
+// The lock of the id counter, taken across fork() (engine/fork.cc); in the
+// child, the next id comes from a new base.
+rds::Mutex& SocketIdMutex();
+void ResetSocketIdsAfterFork();
 
 // The id of an RDS backing fd, or nullopt if `fd` is not one.
 std::optional<uint64_t> RecognizeBackingFd(int fd);
