@@ -37,7 +37,9 @@ socklen_t NameOf(uint64_t id, sockaddr_un* sun) {
 // random ids the list held one entry per socket of the host, and creating a
 // socket near 10,000 of them cost 0.3–0.8 ms instead of 16 µs. 38 random bits
 // (of the 62 the lock offset keeps) make two processes' ranges collide with
-// probability ≈ P² / 2^39 for P processes.
+// probability ≈ P² / 2^39 for P processes; a collision is seen as a name
+// taken in this namespace (bind) or a lock held by another process
+// (socket()), and either draws a new base.
 constexpr int kIdCounterBits = 22;
 constexpr uint64_t kIdCounterMask = (uint64_t{1} << kIdCounterBits) - 1;
 
@@ -64,6 +66,11 @@ rds::Mutex& SocketIdMutex() { return g_id_mu; }
 void ResetSocketIdsAfterFork() {
   rds::MutexLock lock(&g_id_mu);
   g_next_id = 0;  // the child draws its own base: the parent goes on with this one
+}
+
+void NewSocketIdBase() {
+  rds::MutexLock lock(&g_id_mu);
+  g_next_id = 0;
 }
 
 absl::StatusOr<BackingFd> CreateBackingFd(int flags) {

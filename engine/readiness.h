@@ -40,6 +40,8 @@ absl::StatusOr<BackingFd> CreateBackingFd(int flags);
 // child, the next id comes from a new base.
 rds::Mutex& SocketIdMutex();
 void ResetSocketIdsAfterFork();
+// The next id comes from a new base (its id is already owned elsewhere).
+void NewSocketIdBase();
 
 // The id of an RDS backing fd, or nullopt if `fd` is not one.
 std::optional<uint64_t> RecognizeBackingFd(int fd);

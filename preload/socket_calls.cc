@@ -38,17 +38,25 @@ int CreateRdsSocket(int type, int protocol) {
   if (int err = CheckRdsType(type, protocol)) return Fail<int>(err);
   int saved = errno;
   rds::preload::OnFirstRdsSocket();
-  absl::StatusOr<rds::BackingFd> backing = rds::CreateBackingFd(type & kTypeFlags);
-  if (!backing.ok()) {
-    rds::log::Error("socket(AF_RDS): %s", backing.status().ToString());
-    // Out of fds: the kernel's socket() says so (EMFILE/ENFILE); anything else is memory.
-    const int err = rds::ErrnoOf(backing.status());
-    return Fail<int>(err == EMFILE || err == ENFILE ? err : ENOMEM);
+  absl::StatusOr<rds::BackingFd> backing;
+  absl::StatusOr<std::shared_ptr<RdsSocket>> rs;
+  for (int attempt = 0;; ++attempt) {
+    backing = rds::CreateBackingFd(type & kTypeFlags);
+    if (!backing.ok()) {
+      rds::log::Error("socket(AF_RDS): %s", backing.status().ToString());
+      // Out of fds: the kernel's socket() says so (EMFILE/ENFILE); anything else is memory.
+      const int err = rds::ErrnoOf(backing.status());
+      return Fail<int>(err == EMFILE || err == ENFILE ? err : ENOMEM);
+    }
+    absl::StatusOr<std::shared_ptr<rds::NetNs>> ns = rds::NetNs::OfCurrentThread();
+    rs = ns.ok() ? rds::CreateSocket(backing->id, *ns, backing->fd, type & SOCK_NONBLOCK)
+                 : absl::StatusOr<std::shared_ptr<RdsSocket>>(ns.status());
+    // The id is owned by a process of another network namespace that drew
+    // the same id base (readiness.cc): take ids from a new base.
+    if (rs.ok() || !absl::IsFailedPrecondition(rs.status()) || attempt == 3) break;
+    rds::real::close(backing->fd);
+    rds::NewSocketIdBase();
   }
-  absl::StatusOr<std::shared_ptr<rds::NetNs>> ns = rds::NetNs::OfCurrentThread();
-  absl::StatusOr<std::shared_ptr<RdsSocket>> rs =
-      ns.ok() ? rds::CreateSocket(backing->id, *ns, backing->fd, type & SOCK_NONBLOCK)
-              : absl::StatusOr<std::shared_ptr<RdsSocket>>(ns.status());
   if (!rs.ok()) {
     rds::log::Error("socket(AF_RDS): %s", rs.status().ToString());
     rds::real::close(backing->fd);
