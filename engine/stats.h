@@ -55,8 +55,17 @@ enum Counter : int {
   kRecvBytesFreedFromSock,
   kSendStuckRm,
   kNumKernelCounters,
+  // rds_tcp's (net/rds/tcp_stats.c), listed after the core ones by a kernel
+  // with rds_tcp loaded; counted on the TCP links to other hosts only (a
+  // same-host link plays the kernel's loopback transport). Linux 6.12 no
+  // longer increments the last two; neither does the shim.
+  kTcpDataReadyCalls = kNumKernelCounters,  // a link to another host became readable
+  kTcpWriteSpaceCalls,                      // it had room to write again
+  kTcpSndbufFull,                           // a write found its send buffer full
+  kTcpConnectRaced,
+  kTcpListenClosedStale,
   // The shim's own.
-  kShimSocketsCreated = kNumKernelCounters,
+  kShimSocketsCreated,
   kShimConnDropBadInput,     // a peer sent bytes that are not valid RDS framing
   kShimConnAccepted,
   kShimConnConnected,

@@ -295,8 +295,15 @@ class RdsInfo(unittest.TestCase):
         self.assertTrue(any(c[0] == ip_a and c[1] == ip_b and "C" in " ".join(c[5:])
                             for c in secs["RDS Connections:"]), f"connection A -> B (C)\n{diag}")
 
-        p, secs_b, _, _, errb = self.info("info-B", ["-n", "-T"], rundir_b, netns=ns_b)
+        p, secs_b, _, _, errb = self.info("info-B", ["-n", "-T", "-c"], rundir_b, netns=ns_b)
         diagb = p.diag() + "\n" + errb
+        # rds_tcp's counters follow the core ones; B's engine read A's messages from TCP.
+        names_b = [row[0] for row in secs_b["Counters:"]]
+        self.assertEqual(names_b[36:41], ["tcp_data_ready_calls", "tcp_write_space_calls",
+                                          "tcp_sndbuf_full", "tcp_connect_raced",
+                                          "tcp_listen_closed_stale"], diagb)
+        counters_b = {row[0]: int(row[1]) for row in secs_b["Counters:"]}
+        self.assertGreater(counters_b["tcp_data_ready_calls"], 0, diagb)
         self.assertTrue(any(c[0] == ip_b and c[1] == ip_a for c in secs_b["RDS Connections:"]),
                         f"connection B -> A\n{diagb}")
         self.assertTrue(any((t[0], t[2]) == (ip_b, ip_a) for t in secs_b["TCP Connections:"]),

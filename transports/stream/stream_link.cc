@@ -45,7 +45,12 @@ StreamLink::StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds
       fd_(fd),
       connecting_(connecting),
       accept_fds_(accept_fds),
-      description_(std::move(description)) {}
+      description_(std::move(description)) {
+  int domain = 0;
+  socklen_t len = sizeof(domain);
+  tcp_ = sys::Getsockopt(fd_, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+         (domain == AF_INET || domain == AF_INET6);
+}
 
 StreamLink::~StreamLink() {
   if (!closed_) {
@@ -135,8 +140,14 @@ void StreamLink::OnEvents(uint32_t events) {
     if (!out_.empty()) Flush();
     return;
   }
-  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) OnReadable();
-  if (!closed_ && (events & EPOLLOUT)) Flush();
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+    if (tcp_) stats::Inc(stats::kTcpDataReadyCalls);
+    OnReadable();
+  }
+  if (!closed_ && (events & EPOLLOUT)) {
+    if (tcp_) stats::Inc(stats::kTcpWriteSpaceCalls);
+    Flush();
+  }
 }
 
 void StreamLink::OnReadable() {
@@ -271,6 +282,7 @@ void StreamLink::Flush() {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
+        if (tcp_) stats::Inc(stats::kTcpSndbufFull);
         if (!want_write_) {
           want_write_ = true;
           UpdateInterest();

@@ -75,6 +75,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool close_after_flush_ = false;
   bool want_write_ = false;
   bool flush_scheduled_ = false;
+  bool tcp_ = false;  // a TCP link to another host (counted as rds_tcp's counters)
   int64_t last_read_ns_ = 0;
   std::string description_;
   Callbacks cb_;
