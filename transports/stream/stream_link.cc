@@ -260,7 +260,9 @@ void StreamLink::Flush() {
           dst += wire::kHeaderSize - off;
           off = wire::kHeaderSize;
         }
-        std::memcpy(dst, it->m->payload.data() + (off - wire::kHeaderSize), plen - (off - wire::kHeaderSize));
+        const size_t poff = off - wire::kHeaderSize;
+        // (An empty payload has no buffer: memcpy must not see its null pointer.)
+        if (poff < plen) std::memcpy(dst, it->m->payload.data() + poff, plen - poff);
         // Extends the previous entry when that one ends where this begins.
         if (n > 0 && static_cast<uint8_t*>(iov[n - 1].iov_base) + iov[n - 1].iov_len ==
                          stage_.data() + staged) {
