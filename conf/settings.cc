@@ -72,6 +72,9 @@ const std::vector<Spec>& Schema() {
       {"MAX_UNACKED_BYTES", &Settings::max_unacked_bytes, [] { return std::string("16777216"); },
        {1, int64_t{1} << 40},
        "acknowledge at least every this many bytes (net.rds.max_unacked_bytes)"},
+      {"SHM_ARENA_MB", &Settings::shm_arena_mb, [] { return std::string("32"); }, {0, 1024},
+       "shared memory (MiB) that carries payloads of 64 KiB and more to engines on this host "
+       "(0: copy them through the link)"},
       {"EXIT_FLUSH_MS", &Settings::exit_flush_ms, [] { return std::string("2000"); },
        {0, 600000},
        "at exit, wait up to this long for queued messages to reach their transport"},

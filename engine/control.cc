@@ -175,7 +175,7 @@ MessagePtr EncodeControl(const Control& c) {
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload) {
   std::optional<uint8_t> op = wire::ParseExtHeaders(header).shim_control;
   if (!wire::IsShimControl(header) || !op || *op < 1 ||
-      *op > static_cast<uint8_t>(Op::kInfoDataPart)) {
+      *op > static_cast<uint8_t>(Op::kArenaRelease)) {
     return absl::InvalidArgumentError("not a shim control message");
   }
   Reader r(payload.data(), payload.size());
@@ -188,6 +188,25 @@ absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload&
   c.data.resize(r.remaining());
   r.Bytes(c.data.data(), c.data.size());
   return c;
+}
+
+MessagePtr EncodeU64List(Op op, absl::Span<const uint64_t> values) {
+  Control c;
+  c.op = op;
+  Writer w;
+  for (uint64_t v : values) w.U64(v);
+  c.data = w.bytes();
+  return EncodeControl(c);
+}
+
+absl::StatusOr<std::vector<uint64_t>> DecodeU64List(const Control& c) {
+  if (c.data.size() % 8 != 0 || c.data.size() / 8 > kMaxU64ListValues) {
+    return absl::InvalidArgumentError("malformed list of 64-bit values");
+  }
+  Reader r(c.data.data(), c.data.size());
+  std::vector<uint64_t> out(c.data.size() / 8);
+  for (uint64_t& v : out) v = r.U64();
+  return out;
 }
 
 std::vector<MessagePtr> EncodeInfoAnswer(uint32_t each, std::vector<uint8_t> bytes) {

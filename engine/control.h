@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/addr.h"
 #include "engine/message.h"
 #include "engine/registry.h"
@@ -76,6 +77,11 @@ enum class Op : uint8_t {
   kInfoData = 5,         // answer to a kInfo hello: items of `query_id` bytes each in `data`
   kInfoDataPart = 6,     // a leading part of an answer longer than one message; the
                          // kInfoData that follows the parts carries the rest
+  // Same-host links only, handled by the link itself (DESIGN.md §9.6):
+  kArenaAnnounce = 7,    // the sender's payload arena: its memfd rides along (SCM_RIGHTS),
+                         // `data` is its size (be64)
+  kArenaRelease = 8,     // the receiver is done with these arena blocks: `data` is their
+                         // offsets (be64 each)
 };
 
 struct Control {
@@ -88,6 +94,12 @@ struct Control {
 
 MessagePtr EncodeControl(const Control& c);
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload);
+
+// A kArenaAnnounce / kArenaRelease body: a list of be64 values.
+MessagePtr EncodeU64List(Op op, absl::Span<const uint64_t> values);
+absl::StatusOr<std::vector<uint64_t>> DecodeU64List(const Control& c);
+// The most values one kArenaRelease carries (well within one message).
+inline constexpr size_t kMaxU64ListValues = 8192;
 
 // The answer to a kInfo hello: `bytes` (items of `each` bytes; an engine's
 // JSON state for option 0) in as many messages as it needs — kInfoDataPart

@@ -863,6 +863,9 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
     case control::Op::kInfoData:
     case control::Op::kInfoDataPart:
       return;  // only on rdsctl/RDS_INFO query links, never on a path
+    case control::Op::kArenaAnnounce:
+    case control::Op::kArenaRelease:
+      return;  // a same-host link consumes these itself; meaningless elsewhere
   }
 }
 

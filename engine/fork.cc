@@ -8,11 +8,13 @@
 #include "engine/netns.h"
 #include "engine/readiness.h"
 #include "engine/registry.h"
+#include "engine/shm_arena.h"
 #include "engine/small_pool.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
 #include "engine/waiter.h"
+#include "transports/stream/peer_arena.h"
 
 namespace rds {
 
@@ -21,7 +23,7 @@ namespace {
 rds::Mutex* const* ForkLocks() {
   static rds::Mutex* locks[] = {&EngineStartMutex(), &NetNsTableMutex(), &HostRegistryMutex(),
                                  &small_pool::ForkMutex(), &stats::ForkMutex(),
-                                 &SocketIdMutex(), nullptr};
+                                 &SocketIdMutex(), &ShmArenaMutex(), nullptr};
   return locks;
 }
 
@@ -45,6 +47,8 @@ void ResetEngineAfterFork() {
   NetNs::ResetAfterFork();
   ResetBindTableAfterFork();
   CongestionTable::ResetAfterFork();
+  ShmArena::ResetAfterFork();
+  PeerArena::ResetAfterFork();
   ResetSocketListAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();

@@ -30,25 +30,54 @@ class RdsSocket;
 // Monotonic nanoseconds (the clock of the RX latency trace points).
 int64_t MonotonicNs();
 
-// Returns a payload's storage to the pool it came from.
+// Storage a Payload borrows rather than owns: a block of a shared-memory
+// arena (engine/shm_arena.h, transports/stream/peer_arena.h). ReleasePayload
+// is called exactly once per payload handed out, from any thread.
+class PayloadOwner {
+ public:
+  virtual ~PayloadOwner() = default;
+  virtual void ReleasePayload(uint8_t* data, size_t size) = 0;
+};
+
+// Returns a payload's storage to the pool it came from, or to its owner.
 struct PayloadRelease {
   size_t size = 0;
-  void operator()(uint8_t* p) const { buffer_pool::Release(p, size); }
+  std::shared_ptr<PayloadOwner> owner;  // null: engine/buffer_pool.h storage
+  void operator()(uint8_t* p) const {
+    if (owner) {
+      owner->ReleasePayload(p, size);
+    } else {
+      buffer_pool::Release(p, size);
+    }
+  }
 };
 
 // Payload bytes: an uninitialised buffer of `size` bytes (no memset for
-// 1 MiB messages); large ones are recycled (engine/buffer_pool.h).
+// 1 MiB messages); large ones are recycled (engine/buffer_pool.h). A payload
+// may instead borrow a block of shared memory (Borrowed); it is read and
+// written the same way (a peer's arena is mapped read-only: only the
+// receiving side borrows one, and it never writes a received payload).
 class Payload {
  public:
   Payload() = default;
   explicit Payload(size_t size)
-      : data_(size ? buffer_pool::Allocate(size) : nullptr, PayloadRelease{size}), size_(size) {}
+      : data_(size ? buffer_pool::Allocate(size) : nullptr, PayloadRelease{size, nullptr}),
+        size_(size) {}
   Payload(const void* src, size_t size) : Payload(size) {
     if (size) std::memcpy(data_.get(), src, size);
+  }
+  // `size` bytes at `data`, given back to `owner` when the payload goes.
+  static Payload Borrowed(uint8_t* data, size_t size, std::shared_ptr<PayloadOwner> owner) {
+    Payload p;
+    p.data_ = std::unique_ptr<uint8_t[], PayloadRelease>(data, PayloadRelease{size, std::move(owner)});
+    p.size_ = size;
+    return p;
   }
   uint8_t* data() { return data_.get(); }
   const uint8_t* data() const { return data_.get(); }
   size_t size() const { return size_; }
+  // The owner of borrowed storage, or null.
+  const PayloadOwner* owner() const { return data_.get_deleter().owner.get(); }
 
  private:
   std::unique_ptr<uint8_t[], PayloadRelease> data_;

@@ -39,6 +39,11 @@ class Reassembler {
   absl::Span<uint8_t> DirectTarget(size_t min_size);
   void CommitDirect(size_t n, const Sink& sink);
 
+  // Same-host links: a header with a kExtShimPayloadRef record has no payload
+  // bytes on the stream (the payload is in the sender's arena); it is handed
+  // to the sink at once with an empty Payload, for the link to resolve.
+  void AllowPayloadRefs(bool allow) { payload_refs_ = allow; }
+
   // True between messages (no partial header or payload held).
   bool AtBoundary() const { return header_have_ == 0 && !in_payload_; }
   // Discards any partial message (used when a stream is reset).
@@ -50,6 +55,7 @@ class Reassembler {
   uint8_t header_buf_[wire::kHeaderSize];
   size_t header_have_ = 0;
   bool in_payload_ = false;
+  bool payload_refs_ = false;
   wire::Header header_;
   Payload payload_;
   size_t payload_have_ = 0;

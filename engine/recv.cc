@@ -259,7 +259,6 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         return s;
       }
     }
-    bool dequeued = false;
     std::optional<ReceiveCongestionChange> change;
     if (!(flags & MSG_PEEK)) {
       rds::MutexLock lock(&rs.mu);
@@ -269,7 +268,6 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         stats::Add(stats::kRecvBytesFreedFromSock, len);
         stats::Inc(stats::kRecvDelivered);
         rs.DrainTokensLocked(fd);
-        dequeued = true;
         change = ReceiveCongestionChangeLocked(rs);
         if (inq) {
           // UEK RDS_CMSG_INQ: the bytes still queued after this message (0

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
+#include "engine/shm_arena.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/usercopy.h"
@@ -226,6 +227,18 @@ absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flag
   }
 }
 
+// Storage for a message's payload: a block of the shared arena when the
+// payload is large and bound for this host (DESIGN.md §9.6), else the pools.
+Payload NewSendPayload(size_t len, bool local_dest) {
+  if (local_dest && len >= ShmArena::kMinBlock) {
+    if (std::shared_ptr<ShmArena> arena = ShmArena::Get()) {
+      if (std::optional<Payload> p = arena->Allocate(len)) return std::move(*p);
+      stats::Inc(stats::kShimShmArenaFull);
+    }
+  }
+  return Payload(len);
+}
+
 }  // namespace
 
 absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
@@ -297,8 +310,11 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   bool has_cookie;
   if (absl::Status s = CheckControlShape(cm, flags, &has_cookie); !s.ok()) return s;
 
+  // A same-host destination (another engine on this host, or this one) can
+  // take a large payload by reference from the shared arena.
+  const bool local_dest = rs.ns->IsLocalAddressCached(dest.addr);
   auto m = NewMessage();
-  m->payload = Payload(len);
+  m->payload = NewSendPayload(len, local_dest);
   if (absl::Status s = usercopy::FromUserIov(m->payload.data(), iov.data(), iov.size(), len);
       !s.ok()) {
     return s;
@@ -312,7 +328,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   m->header.dport = dest.port;
   m->saddr = source.addr;
   m->daddr = dest.addr;
-  if (dest.port != 0 && rs.ns->IsLocalAddressCached(dest.addr)) {
+  if (dest.port != 0 && local_dest) {
     absl::StatusOr<uint32_t> gen = rs.ns->ports().PortGeneration(dest.addr, dest.port);
     if (gen.ok()) m->port_gen = *gen;
   }

@@ -133,6 +133,9 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_peer_restarts",
     "shim_link_refused",
     "shim_recv_waits_driven",
+    "shim_shm_payloads_sent",
+    "shim_shm_payloads_received",
+    "shim_shm_arena_full",
 };
 
 }  // namespace

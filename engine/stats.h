@@ -81,6 +81,9 @@ enum Counter : int {
   kShimPeerRestarts,         // a peer engine came back with a new generation
   kShimLinkRefused,          // a same-host link from a user not allowed to link
   kShimRecvWaitsDriven,      // blocking recvmsg waits that ran the event loop themselves
+  kShimShmPayloadsSent,      // payloads lent to a same-host peer from the shared arena
+  kShimShmPayloadsReceived,  // payloads borrowed from a same-host peer's arena
+  kShimShmArenaFull,         // large payloads copied because the arena had no room
   kNumCounters,
 };
 

@@ -1,6 +1,7 @@
 // engine/wire.cc — header codec and extension headers.
 #include "engine/wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <endian.h>
@@ -22,6 +23,7 @@ int ExtSize(uint8_t type) {
     case kExtSportIdx: return 1;
     case kExtShimHello: return 0;
     case kExtShimControl: return 1;
+    case kExtShimPayloadRef: return 8;
     default: return -1;
   }
 }
@@ -80,17 +82,34 @@ absl::Status ValidateLength(const Header& h) {
   return absl::OkStatus();
 }
 
-ExtHeaders ParseExtHeaders(const Header& h) {
-  ExtHeaders out;
+namespace {
+
+// Visits the records of `h` as the kernel parses them: [type][data], the data
+// size implied by the type, ended by type 0, a type >= 16 that is not the
+// shim's, or the end of the area. Returns where the records end.
+template <typename Visit>
+size_t ForEachExt(const Header& h, Visit visit) {
   size_t off = 0;
   while (off < kExtHeaderSpace) {
     uint8_t type = h.exthdr[off];
     if (type == kExtNone) break;
-    if (type >= 16 && type != kExtShimHello && type != kExtShimControl) break;
-    int size = ExtSize(type);
-    if (size < 0) size = 0;
+    if (type >= 16 && type != kExtShimHello && type != kExtShimControl &&
+        type != kExtShimPayloadRef) {
+      break;
+    }
+    int size = std::max(ExtSize(type), 0);
     if (off + 1 + static_cast<size_t>(size) > kExtHeaderSpace) break;
-    const uint8_t* d = h.exthdr.data() + off + 1;  // one past the end when size is 0
+    visit(type, off, h.exthdr.data() + off + 1);  // one past the end when size is 0
+    off += 1 + static_cast<size_t>(size);
+  }
+  return off;
+}
+
+}  // namespace
+
+ExtHeaders ParseExtHeaders(const Header& h) {
+  ExtHeaders out;
+  ForEachExt(h, [&out](uint8_t type, size_t, const uint8_t* d) {
     switch (type) {
       case kExtVersion: out.version = Be32(d); break;
       case kExtRdmaDest:
@@ -101,10 +120,10 @@ ExtHeaders ParseExtHeaders(const Header& h) {
       case kExtSportIdx: out.sport_idx = true; break;
       case kExtShimHello: out.shim_hello = true; break;
       case kExtShimControl: out.shim_control = d[0]; break;
+      case kExtShimPayloadRef: out.shim_payload_ref = Be64(d); break;
       default: break;
     }
-    off += 1 + static_cast<size_t>(size);
-  }
+  });
   return out;
 }
 
@@ -126,6 +145,22 @@ bool ExtWriter::GenNum(uint32_t gen) {
   uint8_t d[4];
   PutBe32(d, gen);
   return Append(kExtGenNum, d);
+}
+
+bool AddShimPayloadRef(Header* h, uint64_t offset) {
+  ExtWriter w(h);
+  w.used_ = ForEachExt(*h, [](uint8_t, size_t, const uint8_t*) {});
+  uint8_t d[8];
+  PutBe64(d, offset);
+  return w.Append(kExtShimPayloadRef, d);
+}
+
+void StripShimPayloadRef(Header* h) {
+  size_t at = kExtHeaderSpace;
+  ForEachExt(*h, [&at](uint8_t type, size_t off, const uint8_t*) {
+    if (type == kExtShimPayloadRef && at == kExtHeaderSpace) at = off;
+  });
+  if (at < kExtHeaderSpace) std::memset(h->exthdr.data() + at, 0, kExtHeaderSpace - at);
 }
 
 bool ExtWriter::ShimHello() { return Append(kExtShimHello, {}); }

@@ -46,6 +46,9 @@ enum ExtType : uint8_t {
   kExtSportIdx = 8,  // 1 dummy byte (7.0+)
   kExtShimHello = 0x20,    // no data: the payload is a shim hello (engine/control.h)
   kExtShimControl = 0x21,  // 1 byte: control opcode; the payload is its body
+  // be64 offset: the payload is not on the stream but in the sending engine's
+  // shared-memory arena at this offset (same-host links only, DESIGN.md §9.6).
+  kExtShimPayloadRef = 0x22,
 };
 
 // A decoded header. Field names follow struct rds_header.
@@ -83,6 +86,7 @@ struct ExtHeaders {
   bool sport_idx = false;
   bool shim_hello = false;
   std::optional<uint8_t> shim_control;
+  std::optional<uint64_t> shim_payload_ref;
 };
 ExtHeaders ParseExtHeaders(const Header& h);
 
@@ -97,10 +101,18 @@ class ExtWriter {
   bool ShimControl(uint8_t opcode);
 
  private:
+  friend bool AddShimPayloadRef(Header* h, uint64_t offset);
   bool Append(uint8_t type, absl::Span<const uint8_t> data);
   Header* h_;
   size_t used_ = 0;
 };
+
+// Appends a kExtShimPayloadRef record after the records already in `h`.
+// False (header unchanged) when it does not fit.
+bool AddShimPayloadRef(Header* h, uint64_t offset);
+// Removes a kExtShimPayloadRef record and everything after it (the sender
+// appends it last).
+void StripShimPayloadRef(Header* h);
 
 // Header shapes with special meaning.
 inline bool IsCongMap(const Header& h) { return h.flags == kFlagCongBitmap; }

@@ -1169,7 +1169,9 @@ int Launch() {
                                  "recv_drop_old_seq", "shim_peer_restarts",
                                  "shim_send_drop_no_route", "shim_send_drop_cancelled",
                                  "shim_conn_drop_overload", "shim_conn_connected",
-                                 "shim_conn_accepted", "shim_acks_sent"};
+                                 "shim_conn_accepted", "shim_acks_sent",
+                                 "shim_shm_payloads_sent", "shim_shm_payloads_received",
+                                 "shim_shm_arena_full"};
   std::map<std::string, uint64_t> total_counters;
   bool counters_known = true;
   for (size_t h = 0; h < hosts.size(); h++) {

@@ -12,11 +12,16 @@ their receiver has everything. Fault injection reaches every worker through the 
    within the caller's namespace, 25,000 messages each (100,000), resets every 300 messages;
 3. links cut in the middle of a message (RDS_PRELOAD_FAULT_CUT_PERMILLE), one host: 2 pairs x
    10,000 messages, 10 per mille of the link writes cut;
-4. the same across the namespace hosts: 1 pair, 10,000 messages, 4 per mille.
+4. the same across the namespace hosts: 1 pair, 10,000 messages, 4 per mille;
+5. large messages through the shared-memory arena (DESIGN.md §9.6), one host: 2 pairs x 1,500
+   messages uniform in 0 B ... 1 MiB (about 3/4 of them 64 KiB or more: carried by reference),
+   a link reset after every 100 messages a link receives — blocks lent when a link dies must
+   never be reused while the receiver may still read them. The arena must really have carried
+   payloads (shim_shm_payloads_received > 0).
 Pass, per run: rds-soak exits 0 and says PASS; every pair sent and received exactly its count,
 0 lost, 0 duplicated, 0 reordered, 0 corrupt, equal SHA-256; and the faults really happened:
 fault injections, link resets (conn_reset) on every host and retransmissions were counted.
-Runs 2 and 4 need root (else skipped); with root the total is 170,000 messages.
+Runs 2 and 4 need root (else skipped); with root the total is 173,000 messages.
 
 RDS_IT_SOAK_SCALE multiplies the message counts (e.g. 10 for a long local soak).
 Expected run time on 2 cores: ~15-30 s.
@@ -114,6 +119,17 @@ class Soak(unittest.TestCase):
         n = int(10000 * SCALE)
         self.run_soak("cut-two-hosts", ["--netns-pairs", 1, "--fault-cut-permille", 4] + hosts,
                       n, 1)
+
+    def test_5_large_shared_payloads_one_host_resets(self):
+        n = int(1500 * SCALE)
+        out = self.run_soak("shared-payloads", ["--local-pairs", 2, "--max-size", 1 << 20,
+                                                "--sizes", "uniform", "--fault-reset-every", 100],
+                            n, 2)
+        shared = sum(int(h.get("shim_shm_payloads_received", "0")) for h in out["host"])
+        self.assertGreater(shared, 0, "no payload crossed through the shared arena")
+        itlib.log(f"shared-payloads: {shared} payloads by reference, "
+                  f"{sum(int(h.get('shim_shm_arena_full', '0')) for h in out['host'])} "
+                  "copied because the arena was full")
 
 
 if __name__ == "__main__":

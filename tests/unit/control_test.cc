@@ -120,3 +120,24 @@ TEST(ControlTest, InfoAnswerReaderRejectsOtherMessagesAndExtraParts) {
 
 }  // namespace
 }  // namespace rds::control
+
+namespace rds::control {
+namespace {
+
+TEST(ControlTest, U64ListsRoundTripAndMalformedOnesAreRejected) {
+  const uint64_t values[] = {0, 1 << 16, ~uint64_t{0}};
+  MessagePtr m = EncodeU64List(Op::kArenaRelease, values);
+  absl::StatusOr<Control> c = DecodeControl(m->header, m->payload);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->op, Op::kArenaRelease);
+  absl::StatusOr<std::vector<uint64_t>> got = DecodeU64List(*c);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, std::vector<uint64_t>(std::begin(values), std::end(values)));
+  c->data.pop_back();
+  EXPECT_FALSE(DecodeU64List(*c).ok());
+  c->data.assign(8 * (kMaxU64ListValues + 1), 0);
+  EXPECT_FALSE(DecodeU64List(*c).ok());
+}
+
+}  // namespace
+}  // namespace rds::control

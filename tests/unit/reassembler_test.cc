@@ -68,3 +68,47 @@ TEST(ReassemblerTest, DirectReadsFillLargePayloads) {
 
 }  // namespace
 }  // namespace rds
+
+namespace rds {
+namespace {
+
+std::vector<uint8_t> RefFrame(uint16_t dport, uint32_t len, uint64_t offset) {
+  wire::Header h;
+  h.dport = dport;
+  h.len = len;
+  EXPECT_TRUE(wire::AddShimPayloadRef(&h, offset));
+  std::vector<uint8_t> out(wire::kHeaderSize);
+  wire::Encode(h, out.data());
+  return out;
+}
+
+TEST(ReassemblerTest, PayloadReferencesCarryNoStreamBytesWhereAllowed) {
+  std::vector<uint8_t> stream = RefFrame(1, 500000, 1 << 20);
+  auto next = Frame(2, "after");
+  stream.insert(stream.end(), next.begin(), next.end());
+  Reassembler r;
+  r.AllowPayloadRefs(true);
+  std::vector<std::pair<wire::Header, size_t>> got;
+  auto sink = [&](wire::Header&& h, Payload&& p) { got.emplace_back(h, p.size()); };
+  ASSERT_TRUE(r.Feed(stream, sink).ok());
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first.len, 500000u);
+  EXPECT_EQ(got[0].second, 0u) << "the link resolves the payload";
+  EXPECT_EQ(wire::ParseExtHeaders(got[0].first).shim_payload_ref, uint64_t{1} << 20);
+  EXPECT_EQ(got[1].first.dport, 2);
+  EXPECT_EQ(got[1].second, 5u);
+  EXPECT_TRUE(r.AtBoundary());
+}
+
+TEST(ReassemblerTest, PayloadReferencesAreOrdinaryHeadersElsewhere) {
+  // A TCP link never honours the record: h_len payload bytes follow as always.
+  std::vector<uint8_t> stream = RefFrame(1, 3, 0);
+  stream.insert(stream.end(), {'a', 'b', 'c'});
+  Reassembler r;
+  std::vector<size_t> sizes;
+  ASSERT_TRUE(r.Feed(stream, [&](wire::Header&&, Payload&& p) { sizes.push_back(p.size()); }).ok());
+  EXPECT_EQ(sizes, std::vector<size_t>{3});
+}
+
+}  // namespace
+}  // namespace rds

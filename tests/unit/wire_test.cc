@@ -113,3 +113,30 @@ TEST(WireTest, SpecialShapes) {
 
 }  // namespace
 }  // namespace rds::wire
+
+namespace rds::wire {
+namespace {
+
+TEST(WireTest, ShimPayloadRefGoesAfterExistingRecordsAndStripsCleanly) {
+  Header h;
+  ExtWriter w(&h);
+  ASSERT_TRUE(w.GenNum(0x01020304));
+  ASSERT_TRUE(AddShimPayloadRef(&h, 0x1122334455667788ull));
+  ExtHeaders e = ParseExtHeaders(h);
+  EXPECT_EQ(e.gen_num, 0x01020304u);
+  EXPECT_EQ(e.shim_payload_ref, 0x1122334455667788ull);
+  uint8_t bytes[kHeaderSize];
+  Encode(h, bytes);
+  EXPECT_EQ(ParseExtHeaders(Decode(bytes)).shim_payload_ref, 0x1122334455667788ull);
+  // 5 + 9 bytes used: a second record (9 more) does not fit.
+  Header copy = h;
+  EXPECT_FALSE(AddShimPayloadRef(&copy, 1));
+  EXPECT_EQ(copy, h);
+  StripShimPayloadRef(&h);
+  e = ParseExtHeaders(h);
+  EXPECT_FALSE(e.shim_payload_ref);
+  EXPECT_EQ(e.gen_num, 0x01020304u) << "earlier records stay";
+}
+
+}  // namespace
+}  // namespace rds::wire

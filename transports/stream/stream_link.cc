@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "conf/settings.h"
 #include "engine/fault.h"
 #include "engine/log.h"
 #include "engine/stats.h"
@@ -36,6 +37,7 @@ std::shared_ptr<StreamLink> StreamLink::Create(EventLoop& loop, int fd, bool con
   loop.Add(fd, connecting ? EPOLLOUT : EPOLLIN, [weak](uint32_t events) {
     if (auto l = weak.lock()) l->OnEvents(events);
   });
+  if (!connecting) link->OnEstablished();
   return link;
 }
 
@@ -48,12 +50,22 @@ StreamLink::StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds
       description_(std::move(description)) {
   int domain = 0;
   socklen_t len = sizeof(domain);
-  tcp_ = sys::Getsockopt(fd_, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
-         (domain == AF_INET || domain == AF_INET6);
+  if (sys::Getsockopt(fd_, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
+    tcp_ = domain == AF_INET || domain == AF_INET6;
+    unix_ = domain == AF_UNIX;
+  }
+  if (unix_) {
+    // A same-host peer may announce its arena (the memfd comes with
+    // SCM_RIGHTS) and send payloads by reference.
+    accept_fds_ = true;
+    reassembler_.AllowPayloadRefs(true);
+    share_payloads_ = conf::Get().shm_arena_mb > 0;
+  }
 }
 
 StreamLink::~StreamLink() {
   if (!closed_) {
+    EndSharing();
     loop_.Remove(fd_);
     sys::CloseInternal(fd_);
   }
@@ -70,8 +82,57 @@ int StreamLink::TakeReceivedFd() {
 void StreamLink::Send(MessagePtr m) {
   if (closed_) return;
   Out o;
+  if (share_payloads_ && m->payload.size() >= ShmArena::kMinBlock && m->payload.owner()) {
+    if (!arena_) {
+      // Announced once, ahead of the first message that refers to it.
+      std::shared_ptr<ShmArena> arena = ShmArena::Get();
+      if (arena && arena->Owns(m->payload)) AnnounceArena(std::move(arena));
+    }
+    if (arena_ && arena_->Owns(m->payload)) {
+      wire::Header h = m->header;
+      const uint64_t offset = arena_->OffsetOf(m->payload);
+      if (wire::AddShimPayloadRef(&h, offset)) {
+        // Lent from now: once the header is on its way the peer may borrow it.
+        arena_->Lend(PeerPid(), offset);
+        stats::Inc(stats::kShimShmPayloadsSent);
+        wire::Encode(h, o.header);
+        o.by_ref = true;
+      }
+    }
+  }
+  if (!o.by_ref) wire::Encode(m->header, o.header);
+  o.m = std::move(m);
+  out_.push_back(std::move(o));
+  if (!connecting_ && !want_write_) ScheduleFlush();
+}
+
+void StreamLink::AnnounceArena(std::shared_ptr<ShmArena> arena) {
+  const uint64_t size = arena->size();
+  QueueInternal(control::EncodeU64List(control::Op::kArenaAnnounce, {&size, 1}), arena->fd());
+  arena_ = std::move(arena);
+}
+
+void StreamLink::OnEstablished() {
+  if (!share_payloads_ || arena_) return;
+  std::shared_ptr<ShmArena> arena = ShmArena::Existing();
+  if (arena && arena->LentTo(PeerPid()) > 0) AnnounceArena(std::move(arena));
+}
+
+pid_t StreamLink::PeerPid() {
+  if (peer_pid_ < 0) {
+    struct ucred cred = {};
+    socklen_t len = sizeof(cred);
+    peer_pid_ = sys::Getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
+  }
+  return peer_pid_;
+}
+
+void StreamLink::QueueInternal(MessagePtr m, int pass_fd) {
+  Out o;
   wire::Encode(m->header, o.header);
   o.m = std::move(m);
+  o.pass_fd = pass_fd;
+  o.internal = true;
   out_.push_back(std::move(o));
   if (!connecting_ && !want_write_) ScheduleFlush();
 }
@@ -90,6 +151,7 @@ void StreamLink::ScheduleFlush() {
 void StreamLink::Close() {
   if (closed_) return;
   closed_ = true;
+  EndSharing();
   loop_.Remove(fd_);
   sys::CloseInternal(fd_);
   out_.clear();
@@ -110,6 +172,13 @@ void StreamLink::Fail(const absl::Status& why) {
   loop_.Post([keep, why] {
     if (keep->cb_.on_closed) keep->cb_.on_closed(why);
   });
+}
+
+void StreamLink::FailBadInput(const std::string& what) {
+  if (closed_) return;
+  stats::Inc(stats::kShimConnDropBadInput);
+  log::Warn("link %s: invalid input from peer (%s); dropping the connection", description_, what);
+  Fail(absl::DataLossError(what));
 }
 
 void StreamLink::UpdateInterest() {
@@ -135,6 +204,7 @@ void StreamLink::OnEvents(uint32_t events) {
     connecting_ = false;
     stats::Inc(stats::kShimConnConnected);
     UpdateInterest();
+    OnEstablished();
     if (cb_.on_connected) cb_.on_connected();
     if (closed_) return;
     if (!out_.empty()) Flush();
@@ -152,7 +222,9 @@ void StreamLink::OnEvents(uint32_t events) {
 
 void StreamLink::OnReadable() {
   auto sink = [this](wire::Header&& h, Payload&& p) {
-    if (!closed_ && cb_.on_message) cb_.on_message(std::move(h), std::move(p));
+    if (closed_) return;
+    if (unix_ && !ReceiveShared(h, p)) return;
+    if (cb_.on_message) cb_.on_message(std::move(h), std::move(p));
   };
   // Bounded work per wake-up so one busy peer cannot starve the others.
   for (int round = 0; round < 16 && !closed_; ++round) {
@@ -194,10 +266,7 @@ void StreamLink::OnReadable() {
         last_read_ns_ = MonotonicNs();
         absl::Status s = reassembler_.Feed({read_buf_.data(), static_cast<size_t>(n)}, sink);
         if (!s.ok()) {
-          stats::Inc(stats::kShimConnDropBadInput);
-          log::Warn("link %s: invalid framing from peer (%s); dropping the connection",
-                    description_, s.message());
-          Fail(absl::DataLossError(s.message()));
+          FailBadInput(absl::StrFormat("invalid framing: %s", s.message()));
           return;
         }
         if (static_cast<size_t>(n) < read_buf_.size()) return;
@@ -218,10 +287,20 @@ void StreamLink::OnReadable() {
 // Flush runs on application threads too (the inline send path), which do not
 // block SIGPIPE as the engine thread does: a peer that closed must give EPIPE,
 // not a signal.
-ssize_t StreamLink::WriteNoSignal(struct iovec* iov, int n) {
+ssize_t StreamLink::WriteNoSignal(struct iovec* iov, int n, int pass_fd) {
   struct msghdr mh = {};
   mh.msg_iov = iov;
   mh.msg_iovlen = static_cast<size_t>(n);
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
   return sys::Sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
@@ -231,15 +310,19 @@ void StreamLink::Flush() {
     // Skip messages cancelled before their first byte went out.
     while (!out_.empty() && out_.front().offset == 0 &&
            out_.front().m->cancelled.load(std::memory_order_relaxed)) {
+      if (out_.front().by_ref) arena_->Return(PeerPid(), arena_->OffsetOf(out_.front().m->payload));
       out_.pop_front();
     }
     if (out_.empty()) break;
     if (out_.front().offset == 0 && fault::Enabled() && fault::CutMidMessage()) {
       // Test-only: half of this message reaches the peer, then the link dies.
+      // (Half the header of a payload by reference: the peer must not see all
+      // of it, as Close() takes back the loans of messages not fully written.)
       Out& o = out_.front();
-      struct iovec part[2] = {{o.header, wire::kHeaderSize},
-                              {o.m->payload.data(), o.m->payload.size() / 2}};
-      WriteNoSignal(part, o.m->payload.size() / 2 ? 2 : 1);
+      const size_t body = o.WireBytes() - wire::kHeaderSize;
+      struct iovec part[2] = {{o.header, o.by_ref ? wire::kHeaderSize / 2 : wire::kHeaderSize},
+                              {o.m->payload.data(), body / 2}};
+      WriteNoSignal(part, body / 2 ? 2 : 1, o.pass_fd);
       Fail(absl::AbortedError("fault injection: cut mid-message"));
       return;
     }
@@ -248,9 +331,14 @@ void StreamLink::Flush() {
     if (stage_.size() < kStageBytes) stage_.resize(kStageBytes);
     size_t staged = 0;
     for (auto it = out_.begin(); it != out_.end() && n + 2 <= kMaxIov; ++it) {
-      if (it != out_.begin() && it->m->cancelled.load(std::memory_order_relaxed)) break;
+      // A message passing an fd starts a write of its own (SCM_RIGHTS goes
+      // with the first byte of a sendmsg).
+      if (it != out_.begin() &&
+          (it->pass_fd >= 0 || it->m->cancelled.load(std::memory_order_relaxed))) {
+        break;
+      }
       size_t off = it->offset;
-      const size_t plen = it->m->payload.size();
+      const size_t plen = it->by_ref ? 0 : it->m->payload.size();
       const size_t rest = wire::kHeaderSize + plen - off;
       if (rest <= kStageMessageMax) {
         if (staged + rest > kStageBytes) break;
@@ -280,7 +368,7 @@ void StreamLink::Flush() {
       size_t poff = off - wire::kHeaderSize;
       if (poff < plen) iov[n++] = {it->m->payload.data() + poff, plen - poff};
     }
-    ssize_t w = WriteNoSignal(iov, n);
+    ssize_t w = WriteNoSignal(iov, n, out_.front().pass_fd);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
@@ -294,17 +382,19 @@ void StreamLink::Flush() {
       Fail(absl::UnavailableError(absl::StrFormat("write: %s", strerror(errno))));
       return;
     }
+    if (w > 0) out_.front().pass_fd = -1;  // passed (the arena keeps its own fd)
     size_t left = static_cast<size_t>(w);
     while (left > 0 && !out_.empty()) {
       Out& o = out_.front();
-      size_t total = wire::kHeaderSize + o.m->payload.size();
+      size_t total = o.WireBytes();
       size_t take = std::min(left, total - o.offset);
       o.offset += take;
       left -= take;
       if (o.offset == total) {
         MessagePtr done = std::move(o.m);
+        const bool internal = o.internal;
         out_.pop_front();
-        if (cb_.on_sent) cb_.on_sent(done);
+        if (!internal && cb_.on_sent) cb_.on_sent(done);
         if (closed_) return;
       }
     }
@@ -314,6 +404,109 @@ void StreamLink::Flush() {
     UpdateInterest();
   }
   if (close_after_flush_) Close();
+}
+
+// ---------------------------------------------------------------------------
+// Shared payloads (AF_UNIX links, DESIGN.md §9.6).
+
+bool StreamLink::ReceiveShared(wire::Header& h, Payload& p) {
+  const wire::ExtHeaders ext = wire::ParseExtHeaders(h);
+  if (wire::IsShimControl(h)) {
+    const auto announce = static_cast<uint8_t>(control::Op::kArenaAnnounce);
+    const auto release = static_cast<uint8_t>(control::Op::kArenaRelease);
+    if (ext.shim_control != announce && ext.shim_control != release) return true;
+    absl::StatusOr<control::Control> c = control::DecodeControl(h, p);
+    if (!c.ok()) {
+      FailBadInput(std::string(c.status().message()));
+    } else if (c->op == control::Op::kArenaAnnounce) {
+      OnArenaAnnounce(*c);
+    } else {
+      OnArenaRelease(*c);
+    }
+    return false;
+  }
+  if (!ext.shim_payload_ref) return true;
+  if (!peer_arena_) {
+    FailBadInput("a payload by reference before the peer announced its arena");
+    return false;
+  }
+  absl::StatusOr<Payload> borrowed = peer_arena_->Borrow(*ext.shim_payload_ref, h.len);
+  if (!borrowed.ok()) {
+    FailBadInput(std::string(borrowed.status().message()));
+    return false;
+  }
+  wire::StripShimPayloadRef(&h);
+  p = std::move(*borrowed);
+  stats::Inc(stats::kShimShmPayloadsReceived);
+  return true;
+}
+
+void StreamLink::OnArenaAnnounce(const control::Control& c) {
+  if (peer_arena_) return FailBadInput("the peer announced its arena twice");
+  const int fd = TakeReceivedFd();
+  if (fd < 0) return FailBadInput("an arena announcement without its file descriptor");
+  absl::StatusOr<std::vector<uint64_t>> size = control::DecodeU64List(c);
+  if (!size.ok() || size->size() != 1) {
+    sys::CloseInternal(fd);
+    return FailBadInput("a malformed arena announcement");
+  }
+  absl::StatusOr<std::shared_ptr<PeerArena>> arena = PeerArena::Map(PeerPid(), fd, (*size)[0]);
+  if (!arena.ok()) return FailBadInput(std::string(arena.status().message()));
+  peer_arena_ = std::move(*arena);
+  // Releases happen on whichever thread drops a payload; the link collects
+  // them on the loop (a posted task per batch, not per payload).
+  std::weak_ptr<StreamLink> weak = weak_from_this();
+  EventLoop* loop = &loop_;
+  peer_arena_->Attach(this, [weak, loop] {
+    loop->Post([weak] {
+      if (auto l = weak.lock()) l->SendArenaReleases();
+    });
+  });
+}
+
+void StreamLink::OnArenaRelease(const control::Control& c) {
+  absl::StatusOr<std::vector<uint64_t>> offsets = control::DecodeU64List(c);
+  if (!offsets.ok()) return FailBadInput(std::string(offsets.status().message()));
+  // (Possibly blocks lent on an earlier link to the same process.)
+  std::shared_ptr<ShmArena> arena = arena_ ? arena_ : ShmArena::Existing();
+  for (uint64_t offset : *offsets) {
+    if (!arena || !arena->Return(PeerPid(), offset)) {
+      return FailBadInput(absl::StrFormat("release of arena block %u, which was not lent", offset));
+    }
+  }
+}
+
+void StreamLink::SendArenaReleases() {
+  if (closed_ || !peer_arena_) return;
+  std::vector<uint64_t> offsets = peer_arena_->TakeReleased();
+  absl::Span<const uint64_t> rest(offsets);
+  while (!rest.empty()) {
+    absl::Span<const uint64_t> batch = rest.subspan(0, control::kMaxU64ListValues);
+    QueueInternal(control::EncodeU64List(control::Op::kArenaRelease, batch), -1);
+    rest.remove_prefix(batch.size());
+  }
+}
+
+void StreamLink::EndSharing() {
+  for (const Out& o : out_) {
+    if (o.by_ref) {
+      // Not completely written: the peer has no whole header, so it cannot
+      // have borrowed the block.
+      arena_->Return(PeerPid(), arena_->OffsetOf(o.m->payload));
+    } else if (o.internal && peer_arena_ && wire::IsShimControl(o.m->header)) {
+      // Releases that did not get out wait for the next link to the peer.
+      absl::StatusOr<control::Control> c = control::DecodeControl(o.m->header, o.m->payload);
+      if (c.ok() && c->op == control::Op::kArenaRelease) {
+        absl::StatusOr<std::vector<uint64_t>> offsets = control::DecodeU64List(*c);
+        if (offsets.ok()) peer_arena_->Requeue(*offsets);
+      }
+    }
+  }
+  if (peer_arena_) {
+    // Payloads already borrowed keep the mapping.
+    peer_arena_->Detach(this);
+    peer_arena_.reset();
+  }
 }
 
 }  // namespace rds

@@ -8,6 +8,13 @@
 // in this round (EventLoop::Defer), so a burst of sends costs one writev. Invalid
 // framing from the peer closes the link (counted as shim_conn_drop_bad_input).
 //
+// Between engines of one host (AF_UNIX links) a payload from the process's
+// shared arena (engine/shm_arena.h) is not written at all: the header carries
+// its offset, the peer borrows it from its mapping of the arena
+// (peer_arena.h), and the link keeps the block lent until the peer releases
+// it. The arena's announcement, the releases and the loans are this link's
+// own business: the engine above sees ordinary messages (DESIGN.md §9.6).
+//
 // Thread-safety: with the engine's event-loop run lock held (the engine
 // thread, or an application thread on the inline send path).
 #ifndef RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
@@ -21,8 +28,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/control.h"
 #include "engine/event_loop.h"
+#include "engine/shm_arena.h"
 #include "engine/reassembler.h"
+#include "transports/stream/peer_arena.h"
 #include "transports/transport.h"
 
 namespace rds {
@@ -37,6 +47,10 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   ~StreamLink() override;
 
   void SetCallbacks(Callbacks callbacks) override { cb_ = std::move(callbacks); }
+  // Payloads from the arena go by reference (an AF_UNIX link, arena on).
+  // The constructor decides; tests may turn it off.
+  bool shares_payloads() const { return share_payloads_; }
+  void set_share_payloads(bool on) { share_payloads_ = on && unix_; }
   void Send(MessagePtr m) override;
   void Close() override;
   void CloseAfterFlush() override;
@@ -57,14 +71,33 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void OnReadable();
   void Flush();
   void ScheduleFlush();
-  ssize_t WriteNoSignal(struct iovec* iov, int n);
+  ssize_t WriteNoSignal(struct iovec* iov, int n, int pass_fd = -1);
   void Fail(const absl::Status& why);
+  void FailBadInput(const std::string& what);
   void UpdateInterest();
+  // Shared payloads: the receiving side of a message (false: consumed here,
+  // or the link failed), the peer's releases, and the end of all loans.
+  bool ReceiveShared(wire::Header& h, Payload& p);
+  void OnArenaAnnounce(const control::Control& c);
+  void OnArenaRelease(const control::Control& c);
+  void SendArenaReleases();
+  void QueueInternal(MessagePtr m, int pass_fd);
+  void AnnounceArena(std::shared_ptr<ShmArena> arena);
+  // Connected: a peer still holding blocks of ours (from a link that died)
+  // needs our arena announced here to return them.
+  void OnEstablished();
+  void EndSharing();
+  // The peer process (SO_PEERCRED), 0 if unknown.
+  pid_t PeerPid();
 
   struct Out {
     uint8_t header[wire::kHeaderSize];
     MessagePtr m;
-    size_t offset = 0;  // bytes of header+payload already written
+    size_t offset = 0;     // bytes of header+payload already written
+    bool by_ref = false;   // the payload stays in the arena: only the header is written
+    int pass_fd = -1;      // sent with SCM_RIGHTS alongside this message's first byte
+    bool internal = false; // the link's own (arena announcement, releases): no on_sent
+    size_t WireBytes() const { return wire::kHeaderSize + (by_ref ? 0 : m->payload.size()); }
   };
 
   EventLoop& loop_;
@@ -76,6 +109,8 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool want_write_ = false;
   bool flush_scheduled_ = false;
   bool tcp_ = false;  // a TCP link to another host (counted as rds_tcp's counters)
+  bool unix_ = false;  // an AF_UNIX link to an engine of this host
+  bool share_payloads_ = false;
   int64_t last_read_ns_ = 0;
   std::string description_;
   Callbacks cb_;
@@ -84,6 +119,11 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   std::vector<uint8_t> read_buf_;
   std::vector<uint8_t> stage_;  // Flush: small messages copied together for one iovec entry
   std::vector<int> received_fds_;
+  // Shared payloads (unix_ links): our arena once announced on this link (the
+  // arena records the loans, per peer process), and the peer's arena.
+  std::shared_ptr<ShmArena> arena_;
+  std::shared_ptr<PeerArena> peer_arena_;
+  pid_t peer_pid_ = -1;  // -1: not asked yet
 };
 
 }  // namespace rds

@@ -1,0 +1,247 @@
+// Unit tests for transports/stream/stream_link over a Unix socketpair: large
+// arena payloads cross by reference (only the header is written) and come
+// back to the arena when the receiver lets go; forged shared-payload frames
+// drop the link.
+#include "transports/stream/stream_link.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "engine/control.h"
+#include "engine/stats.h"
+#include "engine/sync.h"
+#include "engine/sys.h"
+
+namespace rds {
+namespace {
+
+constexpr absl::Duration kPatience = absl::Seconds(10);
+
+// Waits (bounded) until `done` holds.
+template <typename F>
+bool Eventually(F done) {
+  const absl::Time end = absl::Now() + kPatience;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// An event loop on its own thread and a connected AF_UNIX socketpair: link
+// `a` on one end and, unless `raw_peer`, link `b` on the other (else the test
+// writes the other end itself).
+class LinkPairTest : public ::testing::Test {
+ protected:
+  void Start(bool raw_peer) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+    thread_ = std::thread([this] { loop_.Run(); });
+    OnLoop([&] {
+      a_ = StreamLink::Create(loop_, sys::MakeInternal(fds[0]), false, false, "a");
+      a_->SetCallbacks(Callbacks(&a_closed_, nullptr));
+      if (raw_peer) {
+        raw_ = fds[1];
+      } else {
+        b_ = StreamLink::Create(loop_, sys::MakeInternal(fds[1]), false, false, "b");
+        b_->SetCallbacks(Callbacks(&b_closed_, &b_got_));
+      }
+    });
+  }
+
+  void TearDown() override {
+    if (!thread_.joinable()) return;
+    OnLoop([&] {
+      if (a_) a_->Close();
+      if (b_) b_->Close();
+      a_.reset();
+      b_.reset();
+    });
+    loop_.Stop();
+    thread_.join();
+    if (raw_ >= 0) close(raw_);
+  }
+
+  struct Got {
+    wire::Header header;
+    Payload payload;
+  };
+
+  Link::Callbacks Callbacks(std::atomic<bool>* closed, std::vector<Got>* got) {
+    Link::Callbacks cb;
+    cb.on_message = [this, got](wire::Header&& h, Payload&& p) {
+      if (!got) return;
+      rds::MutexLock lock(&mu_);
+      got->push_back({h, std::move(p)});
+    };
+    cb.on_closed = [closed](const absl::Status&) { closed->store(true); };
+    return cb;
+  }
+
+  // Runs fn on the loop thread (with the run lock, as links require).
+  void OnLoop(const std::function<void()>& fn) {
+    Notification done;
+    loop_.Post([&] {
+      fn();
+      done.Notify();
+    });
+    done.WaitForNotification();
+  }
+
+  size_t Received() {
+    rds::MutexLock lock(&mu_);
+    return b_got_.size();
+  }
+
+  static MessagePtr Message(uint16_t dport, Payload payload) {
+    MessagePtr m = NewMessage();
+    for (size_t i = 0; i < payload.size(); ++i) payload.data()[i] = static_cast<uint8_t>(i * 31 + dport);
+    m->header.sport = 7;
+    m->header.dport = dport;
+    m->header.len = static_cast<uint32_t>(payload.size());
+    m->payload = std::move(payload);
+    return m;
+  }
+
+  static bool Intact(const Got& g) {
+    if (g.header.len != g.payload.size()) return false;
+    for (size_t i = 0; i < g.payload.size(); ++i) {
+      if (g.payload.data()[i] != static_cast<uint8_t>(i * 31 + g.header.dport)) return false;
+    }
+    return true;
+  }
+
+  void WriteRaw(const MessagePtr& m) {
+    std::vector<uint8_t> bytes(wire::kHeaderSize + m->payload.size());
+    wire::Encode(m->header, bytes.data());
+    if (m->payload.size()) std::memcpy(bytes.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
+    ASSERT_EQ(write(raw_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+
+  EventLoop loop_;
+  std::thread thread_;
+  std::shared_ptr<StreamLink> a_, b_;
+  int raw_ = -1;
+  std::atomic<bool> a_closed_{false}, b_closed_{false};
+  rds::Mutex mu_;
+  std::vector<Got> b_got_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(LinkPairTest, ArenaPayloadsCrossByReferenceOthersByCopy) {
+  std::shared_ptr<ShmArena> arena = ShmArena::Get();
+  ASSERT_TRUE(arena) << "the process arena (RDS_PRELOAD_SHM_ARENA_MB defaults to 32)";
+  Start(false);
+  ASSERT_TRUE(a_->shares_payloads());
+  const size_t in_use = arena->GetUsage().blocks_in_use;
+  const uint64_t sent0 = stats::Get(stats::kShimShmPayloadsSent);
+  const uint64_t recv0 = stats::Get(stats::kShimShmPayloadsReceived);
+  std::optional<Payload> shared = arena->Allocate(300 * 1024);
+  ASSERT_TRUE(shared);
+  MessagePtr big = Message(1, std::move(*shared));
+  MessagePtr small = Message(2, Payload(1000));
+  MessagePtr copied = Message(3, Payload(200 * 1024));  // large, but not from the arena
+  OnLoop([&] {
+    a_->Send(big);
+    a_->Send(small);
+    a_->Send(copied);
+  });
+  ASSERT_TRUE(Eventually([&] { return Received() == 3; }));
+  {
+    rds::MutexLock lock(&mu_);
+    for (const Got& g : b_got_) EXPECT_TRUE(Intact(g)) << "dport " << g.header.dport;
+    EXPECT_NE(b_got_[0].payload.owner(), nullptr) << "borrowed from the peer's arena";
+    EXPECT_FALSE(wire::ParseExtHeaders(b_got_[0].header).shim_payload_ref) << "stripped";
+    EXPECT_EQ(b_got_[1].payload.owner(), nullptr);
+    EXPECT_EQ(b_got_[2].payload.owner(), nullptr);
+  }
+  EXPECT_EQ(stats::Get(stats::kShimShmPayloadsSent) - sent0, 1u);
+  EXPECT_EQ(stats::Get(stats::kShimShmPayloadsReceived) - recv0, 1u);
+  // The sender lets go (acknowledged): the peer still holds the block.
+  big.reset();
+  EXPECT_EQ(arena->GetUsage().blocks_in_use, in_use + 1);
+  // The receiver lets go: the release travels back and the block is free.
+  {
+    rds::MutexLock lock(&mu_);
+    b_got_.clear();
+  }
+  EXPECT_TRUE(Eventually([&] { return arena->GetUsage().blocks_in_use == in_use; }));
+  EXPECT_FALSE(a_closed_.load());
+  EXPECT_FALSE(b_closed_.load());
+}
+
+TEST_F(LinkPairTest, BlocksHeldWhenTheLinkDiesComeBackOverTheNextLink) {
+  std::shared_ptr<ShmArena> arena = ShmArena::Get();
+  ASSERT_TRUE(arena);
+  Start(false);
+  const ShmArena::Usage before = arena->GetUsage();
+  std::optional<Payload> shared = arena->Allocate(ShmArena::kMaxBlock);
+  ASSERT_TRUE(shared);
+  OnLoop([&] { a_->Send(Message(9, std::move(*shared))); });
+  ASSERT_TRUE(Eventually([&] { return Received() == 1; }));
+  std::vector<Got> held;
+  {
+    rds::MutexLock lock(&mu_);
+    held.swap(b_got_);
+  }
+  OnLoop([&] {
+    a_->Close();
+    b_->Close();
+  });
+  // The receiver (this process) still holds the payload: the block stays lent.
+  EXPECT_EQ(arena->LentTo(getpid()), 1u);
+  EXPECT_TRUE(Intact(held[0])) << "still readable after the link closed";
+  held.clear();  // released while no link is up: the release waits
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(arena->GetUsage().blocks_in_use, before.blocks_in_use + 1);
+  // A new link to the same process: the sender announces its arena again,
+  // the receiver recognises it and sends the waiting release.
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  OnLoop([&] {
+    a_ = StreamLink::Create(loop_, sys::MakeInternal(fds[0]), false, false, "a2");
+    a_->SetCallbacks(Callbacks(&a_closed_, nullptr));
+    b_ = StreamLink::Create(loop_, sys::MakeInternal(fds[1]), false, false, "b2");
+    b_->SetCallbacks(Callbacks(&b_closed_, &b_got_));
+  });
+  EXPECT_TRUE(Eventually([&] { return arena->GetUsage().blocks_in_use == before.blocks_in_use; }));
+  EXPECT_EQ(arena->LentTo(getpid()), 0u);
+  EXPECT_FALSE(a_closed_.load());
+}
+
+class ForgedFrameTest : public LinkPairTest {
+ protected:
+  void ExpectDropped(const MessagePtr& forged) {
+    Start(true);
+    const uint64_t bad0 = stats::Get(stats::kShimConnDropBadInput);
+    WriteRaw(forged);
+    EXPECT_TRUE(Eventually([&] { return a_closed_.load(); })) << "the link must be dropped";
+    EXPECT_EQ(stats::Get(stats::kShimConnDropBadInput) - bad0, 1u);
+  }
+};
+
+TEST_F(ForgedFrameTest, PayloadReferenceBeforeAnAnnouncement) {
+  MessagePtr m = NewMessage();
+  m->header.dport = 5;
+  m->header.len = 100000;
+  ASSERT_TRUE(wire::AddShimPayloadRef(&m->header, 0));
+  ExpectDropped(m);
+}
+
+TEST_F(ForgedFrameTest, ReleaseOfABlockThatWasNotLent) {
+  const uint64_t offset = 0;
+  ExpectDropped(control::EncodeU64List(control::Op::kArenaRelease, {&offset, 1}));
+}
+
+TEST_F(ForgedFrameTest, AnnouncementWithoutItsDescriptor) {
+  const uint64_t size = 1 << 20;
+  ExpectDropped(control::EncodeU64List(control::Op::kArenaAnnounce, {&size, 1}));
+}
+
+}  // namespace
+}  // namespace rds
