@@ -171,10 +171,14 @@ class Engine {
   EventLoop loop_;
   std::thread thread_;
   std::atomic<pid_t> loop_tid_{0};
-  // When Submit() last returned (MonotonicNs): a send that comes sooner than
-  // inline_send_stream_us after it is part of a stream, batched by the engine
-  // thread instead of written alone.
+  // Stream detection (Submit): a send that comes sooner than
+  // inline_send_stream_us after the last one that read the clock returned, or
+  // after the engine thread last emptied the submitted list, is part of a
+  // stream, batched by the engine thread instead of written alone; so is one
+  // that finds a batch still waiting (submit_pending_), without a clock read.
   std::atomic<int64_t> last_submit_end_ns_{0};
+  std::atomic<int64_t> last_drain_ns_{0};
+  std::atomic<bool> submit_pending_{false};  // a hint: !submitted_.empty()
   // Messages Submit handed to the engine thread (not sent inline), routed by
   // RouteSubmitted; a task for that is pending exactly while it is non-empty.
   struct Submitted {

@@ -18,7 +18,8 @@ absl::Status Reassembler::Feed(absl::Span<const uint8_t> bytes, const Sink& sink
       header_ = wire::Decode(header_buf_);
       if (absl::Status s = wire::ValidateLength(header_); !s.ok()) return s;
       header_have_ = 0;
-      if (payload_refs_ && wire::ParseExtHeaders(header_).shim_payload_ref) {
+      if (payload_refs_ && wire::HasExtHeaders(header_) &&
+          wire::ParseExtHeaders(header_).shim_payload_ref) {
         wire::Header h = header_;
         sink(std::move(h), Payload());
         continue;

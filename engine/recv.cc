@@ -88,8 +88,12 @@ absl::Status PutTimestamp(CmsgWriter& cm, RdsSocket::Timestamp kind, absl::Time 
 
 void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
   if (rs.timestamp != RdsSocket::Timestamp::kOff) m->received_at = absl::Now();
-  m->rx_trace[2] = MonotonicNs();
-  if (m->rx_trace[0] == 0) m->rx_trace[0] = m->rx_trace[1] = m->rx_trace[2];
+  // The queueing trace point costs a clock read per message: taken only for
+  // a socket that asked for SO_RDS_MSG_RXPATH_LATENCY (as the kernel does).
+  if (rs.rx_trace_count > 0) {
+    m->rx_trace[2] = MonotonicNs();
+    if (m->rx_trace[0] == 0) m->rx_trace[0] = m->rx_trace[1] = m->rx_trace[2];
+  }
   rs.rcv_bytes += m->payload.size();
   stats::Add(stats::kRecvBytesAddedToSock, m->payload.size());
   stats::Inc(stats::kRecvQueued);
@@ -244,6 +248,8 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     }
     if (trace) {
       m->rx_trace[3] = MonotonicNs();
+      // Queued before tracing was turned on: no intermediate points.
+      if (m->rx_trace[2] == 0) m->rx_trace[0] = m->rx_trace[1] = m->rx_trace[2] = m->rx_trace[3];
       for (int i = 0; i < trace->rx_traces; ++i) {
         int j = trace->rx_trace_pos[i];
         trace->rx_trace[i] = static_cast<uint64_t>(m->rx_trace[j + 1] - m->rx_trace[j]);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "engine/cong.h"
@@ -274,6 +275,20 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   size_t sndbuf;
   bool zcopy;
   int transport;
+  // Send-buffer admission, taken with the settings when there is room (one
+  // lock hold per sendmsg instead of two, DESIGN.md §9.7) and given back if
+  // the send fails before its message is queued.
+  bool admitted = false;
+  bool had_sent = false;
+  auto give_back = [&] {
+    if (!admitted) return;
+    admitted = false;
+    rds::MutexLock lock(&rs.mu);
+    rs.snd_bytes = rs.snd_bytes >= len ? rs.snd_bytes - len : 0;
+    rs.has_sent = had_sent;
+    rs.WakeWaitersLocked();  // a sender may have found the buffer full because of us
+  };
+  absl::Cleanup give_back_on_failure = give_back;
   {
     rds::MutexLock lock(&rs.mu);
     if (rs.released) return RdsError(EBADF);
@@ -299,6 +314,12 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     sndbuf = static_cast<size_t>(rs.RdsSndbuf());
     zcopy = (flags & MSG_ZEROCOPY) && rs.zerocopy;
     transport = rs.transport;
+    if (len <= sndbuf && rs.snd_bytes < sndbuf) {
+      rs.snd_bytes += len;
+      had_sent = rs.has_sent;
+      rs.has_sent = true;
+      admitted = true;
+    }
   }
   ControlMessages cm;
   if (absl::Status s = cm.Load(msg); !s.ok()) return s;
@@ -336,20 +357,25 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   // Congestion (rds_cong_wait, §A.4 step 10): non-blocking → ENOBUFS (noting
   // the port for RDS_CONG_MONITOR); blocking → sleep until the port clears,
   // with no timeout (SO_SNDTIMEO does not apply), interruptible by signals.
+  // (A sender that may sleep here must not hold send space meanwhile.)
+  if (admitted && CongestionTable::Get().IsCongested(rs.ns->key(), dest.addr, dest.port)) {
+    give_back();
+  }
   if (absl::Status s = WaitForUncongested(rs, dest, flags); !s.ok()) return s;
 
   // Send-buffer admission (rds_send_queue_rm): the count *before* adding this
   // message must be below the RDS sndbuf.
   Waiter* waiter = nullptr;
   std::optional<absl::Time> deadline;
-  if (sndtimeo != absl::InfiniteDuration()) deadline = absl::Now() + sndtimeo;
-  for (;;) {
+  if (!admitted && sndtimeo != absl::InfiniteDuration()) deadline = absl::Now() + sndtimeo;
+  while (!admitted) {
     rds::MutexLock lock(&rs.mu);
     if (waiter) rs.RemoveWaiterLocked(waiter);
     if (rs.released) return RdsError(EBADF);
     if (rs.snd_bytes < static_cast<size_t>(rs.RdsSndbuf())) {
       rs.snd_bytes += len;
       rs.has_sent = true;
+      admitted = true;
       break;
     }
     stats::Inc(stats::kSendQueueFull);
@@ -365,11 +391,13 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
       if (!rs.released && rs.snd_bytes < static_cast<size_t>(rs.RdsSndbuf())) {
         rs.snd_bytes += len;
         rs.has_sent = true;
+        admitted = true;
         break;
       }
       return slept;
     }
   }
+  std::move(give_back_on_failure).Cancel();
   m->sender = rs.shared_from_this();
   stats::Inc(stats::kSendQueued);
   Engine::Get().Submit(std::move(m), rs.ns);

@@ -107,6 +107,10 @@ class ExtWriter {
   size_t used_ = 0;
 };
 
+// True if the header has any extension record (the common data header has
+// none: callers skip ParseExtHeaders).
+inline bool HasExtHeaders(const Header& h) { return h.exthdr[0] != kExtNone; }
+
 // Appends a kExtShimPayloadRef record after the records already in `h`.
 // False (header unchanged) when it does not fit.
 bool AddShimPayloadRef(Header* h, uint64_t offset);

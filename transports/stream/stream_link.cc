@@ -410,6 +410,7 @@ void StreamLink::Flush() {
 // Shared payloads (AF_UNIX links, DESIGN.md §9.6).
 
 bool StreamLink::ReceiveShared(wire::Header& h, Payload& p) {
+  if (!wire::HasExtHeaders(h)) return true;  // an ordinary data message
   const wire::ExtHeaders ext = wire::ParseExtHeaders(h);
   if (wire::IsShimControl(h)) {
     const auto announce = static_cast<uint8_t>(control::Op::kArenaAnnounce);
