@@ -196,7 +196,29 @@ void Engine::RouteSubmitted() {
   if (conf::Get().inline_send_stream_us > 0) {
     last_drain_ns_.store(MonotonicNs(), std::memory_order_relaxed);
   }
-  for (Submitted& s : batch) RouteAndQueue(s.ns, s.m, /*may_set_up=*/true);
+  // The messages of a stream share their route: the path the previous one
+  // took is reused while namespace, addresses, port and port generation are
+  // the same (no connection, route and path look-ups per message). Paths
+  // cannot go away during the batch: it runs with the run lock held.
+  Path* last_path = nullptr;
+  struct RouteKey {
+    const NetNs* ns;
+    RdsAddr saddr, daddr;
+    uint16_t dport;
+    std::optional<uint32_t> port_gen;
+  } last;
+  for (Submitted& s : batch) {
+    const Message& m = *s.m;
+    if (last_path != nullptr && last_path->link && s.ns.get() == last.ns &&
+        m.header.dport == last.dport && m.port_gen == last.port_gen && m.daddr == last.daddr &&
+        m.saddr == last.saddr) {
+      PathSend(*last_path, std::move(s.m));
+      continue;
+    }
+    last = {s.ns.get(), m.saddr, m.daddr, m.header.dport, m.port_gen};
+    last_path = nullptr;
+    RouteAndQueue(s.ns, s.m, /*may_set_up=*/true, &last_path);
+  }
   batch.clear();
   submitted_spare_.swap(batch);
 }
@@ -244,7 +266,8 @@ uint32_t Engine::LocalOwner(Connection& c, uint16_t port) {
   return pid;
 }
 
-bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up) {
+bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up,
+                           Path** via) {
   if (m->cancelled.load()) return true;
   Connection* cp;
   if (may_set_up) {
@@ -258,13 +281,16 @@ bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool
   // Transmits on the path to engine `pid`; without set-up, only on a path
   // whose link is already up.
   auto send_on = [&](uint32_t pid) {
+    Path* p;
     if (may_set_up) {
-      PathSend(GetPath(c, pid, true), std::move(m));
-      return true;
+      p = &GetPath(c, pid, true);
+    } else {
+      auto it = c.paths.find(pid);
+      if (it == c.paths.end() || !it->second->link) return false;
+      p = it->second.get();
     }
-    auto it = c.paths.find(pid);
-    if (it == c.paths.end() || !it->second->link) return false;
-    PathSend(*it->second, std::move(m));
+    if (via) *via = p;
+    PathSend(*p, std::move(m));
     return true;
   };
   uint16_t port = m->header.dport;

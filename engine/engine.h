@@ -124,7 +124,9 @@ class Engine {
   // Without `may_set_up` (the inline send path) it declines — returns false,
   // `m` untouched, nothing changed but caches — whenever a connection, route
   // query or link would have to be set up first.
-  bool RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up);
+  // `via` (optional) gets the path the message was handed to, if any.
+  bool RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up,
+                     Path** via = nullptr);
   uint32_t LocalOwner(Connection& c, uint16_t port);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);
