@@ -217,3 +217,43 @@ TEST(PeerArenaTest, RefusesAnythingButASealedMemfdOfTheAnnouncedSize) {
 
 }  // namespace
 }  // namespace rds
+
+namespace rds {
+namespace {
+
+TEST(PeerArenaTest, OverlappingLinksHandReleasesOnWhenTheLatestCloses) {
+  absl::StatusOr<std::shared_ptr<ShmArena>> arena = ShmArena::Create(1 << 20);
+  ASSERT_TRUE(arena.ok());
+  absl::StatusOr<std::shared_ptr<PeerArena>> view =
+      PeerArena::Map(getpid(), sys::MakeInternal(dup((*arena)->fd())), (*arena)->size());
+  ASSERT_TRUE(view.ok());
+  int first = 0, second = 0, l1 = 0, l2 = 0;
+  (*view)->Attach(&l1, [&first] { ++first; });
+  (*view)->Attach(&l2, [&second] { ++second; });
+  absl::StatusOr<Payload> b = (*view)->Borrow(0, 100);
+  ASSERT_TRUE(b.ok());
+  *b = Payload();
+  EXPECT_EQ(second, 1) << "the latest link returns releases";
+  EXPECT_EQ(first, 0);
+  // The latest link closes before it sent them: the older one is cued.
+  (*view)->Detach(&l2);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ((*view)->TakeReleased(), std::vector<uint64_t>{0});
+  // The last link closes with a release pending: the view stays for the next link.
+  b = (*view)->Borrow(1 << 16, 100);
+  ASSERT_TRUE(b.ok());
+  *b = Payload();
+  EXPECT_EQ(first, 2);
+  std::weak_ptr<PeerArena> weak = *view;
+  (*view)->Detach(&l1);
+  view->reset();
+  ASSERT_FALSE(weak.expired()) << "a waiting release keeps the view";
+  int third = 0, l3 = 0;
+  std::shared_ptr<PeerArena> next_link_holds = weak.lock();  // as a link's peer_arena_ does
+  next_link_holds->Attach(&l3, [&third] { ++third; });
+  EXPECT_EQ(third, 1);
+  EXPECT_EQ(next_link_holds->TakeReleased(), std::vector<uint64_t>{1 << 16});
+}
+
+}  // namespace
+}  // namespace rds

@@ -102,8 +102,8 @@ void PeerArena::Attach(const void* link, std::function<void()> cue) {
   std::shared_ptr<PeerArena> self;  // the attaching link holds a reference
   {
     rds::MutexLock lock(&mu_);
-    link_ = link;
-    cue_ = cue;
+    std::erase_if(links_, [link](const auto& l) { return l.first == link; });
+    links_.emplace_back(link, cue);
     pending = !released_.empty();
     self = std::move(self_);
   }
@@ -113,16 +113,22 @@ void PeerArena::Attach(const void* link, std::function<void()> cue) {
 void PeerArena::ForgetIfPeerExited() {
   std::shared_ptr<PeerArena> self;  // the caller holds a reference
   rds::MutexLock lock(&mu_);
-  if (link_ != nullptr || peer_ <= 0 || kill(peer_, 0) == 0 || errno != ESRCH) return;
+  if (!links_.empty() || peer_ <= 0 || kill(peer_, 0) == 0 || errno != ESRCH) return;
   released_.clear();
   self = std::move(self_);
 }
 
 void PeerArena::Detach(const void* link) {
-  rds::MutexLock lock(&mu_);
-  if (link_ != link) return;
-  link_ = nullptr;
-  cue_ = nullptr;
+  std::function<void()> cue;
+  {
+    rds::MutexLock lock(&mu_);
+    const bool was_last = !links_.empty() && links_.back().first == link;
+    std::erase_if(links_, [link](const auto& l) { return l.first == link; });
+    // Releases the departing link was cued for go to the one that remains.
+    if (was_last && !links_.empty() && !released_.empty()) cue = links_.back().second;
+    if (links_.empty() && !released_.empty() && !self_) self_ = shared_from_this();
+  }
+  if (cue) cue();
 }
 
 void PeerArena::ReleasePayload(uint8_t* data, size_t) {
@@ -130,9 +136,9 @@ void PeerArena::ReleasePayload(uint8_t* data, size_t) {
   {
     rds::MutexLock lock(&mu_);
     released_.push_back(static_cast<uint64_t>(data - base_));
-    if (released_.size() == 1) cue = cue_;
+    if (released_.size() == 1 && !links_.empty()) cue = links_.back().second;
     // (The payload's owner reference is alive during this call.)
-    if (link_ == nullptr && !self_) self_ = shared_from_this();
+    if (links_.empty() && !self_) self_ = shared_from_this();
   }
   if (cue) cue();
 }

@@ -26,6 +26,7 @@
 #include <sys/types.h>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -60,9 +61,10 @@ class PeerArena : public PayloadOwner, public std::enable_shared_from_this<PeerA
   void Requeue(absl::Span<const uint64_t> offsets);
   // Makes `link` the one that returns releases: `cue` runs (on the releasing
   // thread, no lock held) when a release is queued and none was pending, and
-  // at once if some are. Replaces any link attached before.
+  // at once if some are. Links to one peer may overlap: the latest attached
+  // returns releases, and when it detaches the one before it takes over.
   void Attach(const void* link, std::function<void()> cue);
-  // `link` closed: if it is the attached one, releases wait for the next.
+  // `link` closed. With no link left, releases wait for the next.
   void Detach(const void* link);
 
   void ReleasePayload(uint8_t* data, size_t size) override;
@@ -78,8 +80,8 @@ class PeerArena : public PayloadOwner, public std::enable_shared_from_this<PeerA
   const uint64_t size_;
   const uint64_t dev_, ino_;  // the memfd's identity
   rds::Mutex mu_;
-  const void* link_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::function<void()> cue_ ABSL_GUARDED_BY(mu_);
+  // Attached links, oldest first; the last one's cue is used.
+  std::vector<std::pair<const void*, std::function<void()>>> links_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
   // Set while releases wait with no link attached: they must not die with
   // the last borrowed payload.
