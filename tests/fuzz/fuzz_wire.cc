@@ -16,8 +16,12 @@
 //   * ValidateLength accepts exactly h_len <= 1 MiB.
 //   * ParseExtHeaders equals a reference parser written from §C.4 (stop at 0,
 //     at an unknown type >= 16, at a record running past 16 bytes; unknown
-//     types < 16 are zero-length; the shim's 0x20/0x21 are understood), and
-//     depends on nothing but the 16-byte area.
+//     types < 16 are zero-length; the shim's 0x20/0x21/0x22 are understood),
+//     and depends on nothing but the 16-byte area.
+//   * AddShimPayloadRef appends a 0x22 record (9 bytes, big-endian offset)
+//     where the reference parse stops iff it fits, keeping everything before
+//     it, and the record parses back; StripShimPayloadRef then cuts the area
+//     at the first 0x22 record, leaving the records before it.
 //   * ExtWriter appends a record iff it fits, writes [type][big-endian data]
 //     at the next free offset followed by a terminator when room is left,
 //     leaves the header untouched when it refuses, and what it wrote parses
@@ -56,6 +60,7 @@ ExtHeaders RefParse(const std::array<uint8_t, kExtHeaderSpace>& a) {
       case 8: n = 1; break;     // SPORT_IDX
       case 0x20: n = 0; break;  // shim hello
       case 0x21: n = 1; break;  // shim control
+      case 0x22: n = 8; break;  // shim payload by reference
       default:
         if (type >= 16) return out;
         n = 0;  // unknown below 16: zero-length
@@ -70,6 +75,7 @@ ExtHeaders RefParse(const std::array<uint8_t, kExtHeaderSpace>& a) {
       case 8: out.sport_idx = true; break;
       case 0x20: out.shim_hello = true; break;
       case 0x21: out.shim_control = d[0]; break;
+      case 0x22: out.shim_payload_ref = RefBe(d, 8); break;
       default: break;
     }
     off += 1 + n;
@@ -77,10 +83,67 @@ ExtHeaders RefParse(const std::array<uint8_t, kExtHeaderSpace>& a) {
   return out;
 }
 
+// Where the reference parse stops, and the offset of its first 0x22 record
+// (kExtHeaderSpace if none).
+size_t RefEnd(const std::array<uint8_t, kExtHeaderSpace>& a, size_t* first_ref) {
+  *first_ref = kExtHeaderSpace;
+  size_t off = 0;
+  while (off < kExtHeaderSpace) {
+    uint8_t type = a[off];
+    if (type == 0) break;
+    size_t n;
+    switch (type) {
+      case 1: case 2: case 6: n = 4; break;
+      case 3: case 4: case 0x22: n = 8; break;
+      case 5: n = 2; break;
+      case 8: case 0x21: n = 1; break;
+      case 0x20: n = 0; break;
+      default:
+        if (type >= 16) return off;
+        n = 0;
+    }
+    if (off + 1 + n > kExtHeaderSpace) return off;
+    if (type == 0x22 && *first_ref == kExtHeaderSpace) *first_ref = off;
+    off += 1 + n;
+  }
+  return off;
+}
+
 bool SameExt(const ExtHeaders& a, const ExtHeaders& b) {
   return a.version == b.version && a.rdma_dest == b.rdma_dest && a.npaths == b.npaths &&
          a.gen_num == b.gen_num && a.sport_idx == b.sport_idx && a.shim_hello == b.shim_hello &&
-         a.shim_control == b.shim_control;
+         a.shim_control == b.shim_control && a.shim_payload_ref == b.shim_payload_ref;
+}
+
+void CheckPayloadRef(const Header& h) {
+  const uint64_t v = h.sequence ^ (h.ack << 1);
+  size_t first_ref;
+  const size_t end = RefEnd(h.exthdr, &first_ref);
+  Header c = h;
+  const bool ok = wire::AddShimPayloadRef(&c, v);
+  FUZZ_CHECK(ok == (end + 9 <= kExtHeaderSpace), "AddShimPayloadRef at %zu: %d", end, ok);
+  if (!ok) {
+    FUZZ_CHECK(c == h, "a refused payload reference changed the header");
+    return;
+  }
+  Header others = c;
+  others.exthdr = h.exthdr;
+  FUZZ_CHECK(others == h, "AddShimPayloadRef changed a field outside exthdr");
+  FUZZ_CHECK(std::memcmp(c.exthdr.data(), h.exthdr.data(), end) == 0, "earlier records changed");
+  FUZZ_CHECK(c.exthdr[end] == 0x22 && RefBe(c.exthdr.data() + end + 1, 8) == v,
+             "payload reference record");
+  if (end + 9 < kExtHeaderSpace) FUZZ_CHECK(c.exthdr[end + 9] == 0, "no terminator");
+  FUZZ_CHECK(RefParse(c.exthdr).shim_payload_ref == v, "the appended reference does not parse");
+  FUZZ_CHECK(wire::ParseExtHeaders(c).shim_payload_ref == v, "ParseExtHeaders misses it");
+  Header stripped = c;
+  wire::StripShimPayloadRef(&stripped);
+  const size_t cut = first_ref < end ? first_ref : end;
+  FUZZ_CHECK(std::memcmp(stripped.exthdr.data(), c.exthdr.data(), cut) == 0,
+             "strip changed the records before the reference");
+  for (size_t i = cut; i < kExtHeaderSpace; ++i) {
+    FUZZ_CHECK(stripped.exthdr[i] == 0, "strip left bytes after the cut at %zu", cut);
+  }
+  FUZZ_CHECK(!wire::ParseExtHeaders(stripped).shim_payload_ref, "a reference survived the strip");
 }
 
 void CheckCodec(const uint8_t in[kHeaderSize]) {
@@ -190,6 +253,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t n = size < sizeof(hdr) ? size : sizeof(hdr);
   if (n) std::memcpy(hdr, data, n);
   rds::fuzz::CheckCodec(hdr);
+  rds::fuzz::CheckPayloadRef(rds::wire::Decode(hdr));
   if (size > sizeof(hdr)) rds::fuzz::CheckWriter(hdr, data + sizeof(hdr), size - sizeof(hdr));
   return 0;
 }

@@ -25,7 +25,7 @@ CONG_MAP_BYTES = 8192
 # Extension types.
 EXT_VERSION, EXT_RDMA, EXT_RDMA_DEST, EXT_RDMA_BYTES = 1, 2, 3, 4
 EXT_NPATHS, EXT_GEN_NUM, EXT_SPORT_IDX = 5, 6, 8
-EXT_SHIM_HELLO, EXT_SHIM_CONTROL = 0x20, 0x21
+EXT_SHIM_HELLO, EXT_SHIM_CONTROL, EXT_SHIM_PAYLOAD_REF = 0x20, 0x21, 0x22
 
 
 def header(seq=0, ack=0, length=0, sport=0, dport=0, flags=0, credit=0, csum=0, ext=b""):
@@ -135,6 +135,12 @@ def wire_seeds():
         "unknown-type-above-16": header(ext=bytes([0x30]) + ext_npaths(2)),
         "record-past-area": header(ext=b"\x07" * 11 + bytes([EXT_RDMA_DEST, 1, 2, 3, 4])),
         "area-exactly-full": header(ext=full_area),
+        # Same-host links: a payload by reference (after a GEN_NUM record), and one alone.
+        "shim-payload-ref": header(length=300000, sport=4000, dport=5000,
+                                   ext=ext_gen(7) + bytes([EXT_SHIM_PAYLOAD_REF]) +
+                                   struct.pack(">Q", 0x40000)),
+        "shim-payload-ref-only": header(seq=5, length=65536,
+                                        ext=bytes([EXT_SHIM_PAYLOAD_REF]) + struct.pack(">Q", 0)),
         # A zero-length record (unknown type < 16, or the shim hello) in the area's last byte.
         "zero-length-record-last-byte": header(ext=b"\x07" * 15 + bytes([EXT_SHIM_HELLO])),
         "len-exactly-1mib": header(length=MAX_MSG),
