@@ -233,6 +233,25 @@ TEST(Sendmsg, SendLargerThanSndbufHalfGivesEmsgsize) {
   ExpectNothingWithin(p.r.get(), 100);  // the rejected one never went out
 }
 
+// A send that fails after the size checks (here EFAULT from the payload copy, §A.4 step 8) queues
+// nothing, so it takes no send-buffer space: ten of them in a row leave the whole RDS sndbuf
+// for the next message (the shim reserves the space early and must give it back).
+TEST(Sendmsg, FailedSendsTakeNoSendBufferSpace) {
+  BindOpts o;
+  o.sndbuf = 16384;
+  Pair p = MakePair(o);
+  ASSERT_TRUE(p.ok());
+  for (int i = 0; i < 10; ++i) {
+    RDS_EXPECT_ERRNO(SendTo(p.s.get(), reinterpret_cast<const void*>(16), 16000,
+                            reinterpret_cast<const sockaddr*>(&p.to), sizeof p.to, MSG_DONTWAIT),
+                     EFAULT);
+  }
+  RDS_EXPECT_RC(SendTo(p.s.get(), Payload(16384), p.to, MSG_DONTWAIT), 16384);
+  Received r = RecvWithin(p.r.get(), 20000);
+  EXPECT_EQ(r.n, 16384);
+  ExpectNothingWithin(p.r.get(), 100);  // the failed ones never went out
+}
+
 // §A.4 step 6: "With the default sndbuf this limit is about 104 KiB, not 1 MiB."
 TEST(Sendmsg, SendDefaultSndbufLimitsMessagesToHalfTheStoredValue) {
   Pair p = MakePair();
