@@ -26,6 +26,7 @@
 #include "engine/log.h"
 #include "engine/reassembler.h"
 #include "engine/registry.h"
+#include "engine/shm_arena.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
@@ -505,6 +506,21 @@ std::string EngineDumpJson() {
     j.Close('}');
   }
   j.Close(']');
+  // The shared-memory payload arena (DESIGN.md §9.6), once a large payload
+  // to this host created it.
+  j.Key("arena");
+  if (std::shared_ptr<ShmArena> arena = ShmArena::Existing()) {
+    const ShmArena::Usage u = arena->GetUsage();
+    j.Open('{');
+    j.Field("size", arena->size());
+    j.Field("bytes_in_use", u.bytes_in_use);
+    j.Field("blocks_in_use", u.blocks_in_use);
+    j.Field("loans", u.loans);
+    j.Field("chunks_carved", u.chunks_carved);
+    j.Close('}');
+  } else {
+    j.Null();
+  }
   j.Key("counters");
   j.Open('{');
   for (int c = 0; c < stats::kNumCounters; ++c) {

@@ -825,6 +825,19 @@ std::string RenderPrometheus(const Snapshot& s) {
     x.Sample("rds_preload_sockets", "gauge", "RDS sockets open in the process", base, t.sockets);
     x.Sample("rds_preload_paths", "gauge", "paths (links to peer engines) of the process", base,
              t.paths);
+    // The shared-memory payload arena, once the process has one (DESIGN.md §9.6).
+    auto arena = e.state.find("arena");
+    if (arena != e.state.end() && arena->is_object()) {
+      x.Sample("rds_preload_shm_arena_bytes", "gauge",
+               "size of the shared-memory arena for large same-host payloads", base,
+               Num(*arena, "size"));
+      x.Sample("rds_preload_shm_arena_used_bytes", "gauge",
+               "arena blocks holding payloads (sent and not yet released by every reader)", base,
+               Num(*arena, "bytes_in_use"));
+      x.Sample("rds_preload_shm_arena_loans", "gauge",
+               "arena blocks lent to same-host peers and not yet given back", base,
+               Num(*arena, "loans"));
+    }
   }
   for (const Engine& e : s.engines) {
     const Labels base = {{"pid", absl::StrCat(e.pid)}, {"comm", Str(e.state, "comm")}};

@@ -24,7 +24,10 @@
    * a process whose command name contains '"' and '\\' is shown with correctly escaped
      Prometheus labels and JSON; one whose name is not UTF-8 is shown with U+FFFD;
    * an unknown pid argument fails with exit status 1; a missing registry directory is not an
-     error.
+     error;
+   * the shared-memory arena: a process that sent three 100,000-byte messages to a same-host
+     socket that has not read them shows its arena with three blocks lent (JSON and the
+     Prometheus gauge); after they are read, no loan and no block is left.
 
 Expected run time: ~10 s.
 """
@@ -384,6 +387,40 @@ class RdsctlHost(unittest.TestCase):
         self.assertEqual(len(e["sockets"]), count)
         self.assertEqual(len({s["bound"] for s in e["sockets"]}), count)
         pm.send("quit")
+
+    def test_shared_arena_loans(self):
+        # Same host: PB sends three 100,000-byte messages (carried by reference in PB's shared
+        # arena, DESIGN.md §9.6) to PA's sink, which does not read them yet. PB's engine shows
+        # its arena with three blocks lent; once PA reads them the loans come back.
+        rundir = itlib.make_tmpdir("rdsctl-arena")
+        pa = itlib.Proc("PA", [sys.executable, PEER], rundir)
+        pb = itlib.Proc("PB", [sys.executable, PEER], rundir)
+        pid_a = int(pa.expect("ready", STEP).split()[1])
+        pid_b = int(pb.expect("ready", STEP).split()[1])
+        pa.send("bind sink 127.0.0.1 4000")
+        pa.expect("bound sink", STEP)
+        pb.send("bind src 127.0.0.1 5000")
+        pb.expect("bound src", STEP)
+        pb.send("send src 127.0.0.1 4000 3 100000")
+        pb.expect("sent src 3", STEP)
+        doc = wait_json(self, rundir,
+                        lambda d: engine(d, pid_a)["counters"]["shim_shm_payloads_received"] == 3,
+                        "PA's three borrowed payloads")
+        arena = engine(doc, pid_b)["arena"]
+        self.assertEqual(arena["size"], 32 << 20, arena)
+        self.assertEqual(arena["loans"], 3, arena)
+        self.assertEqual(arena["blocks_in_use"], 3, arena)
+        self.assertEqual(arena["bytes_in_use"], 3 * (128 << 10), arena)
+        self.assertEqual(engine(doc, pid_b)["counters"]["shim_shm_payloads_sent"], 3)
+        self.assertIsNone(engine(doc, pid_a)["arena"], "PA never sent a large payload")
+        rc, out, err = rdsctl(rundir, "--prometheus")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f'rds_preload_shm_arena_loans{{pid="{pid_b}"', out)
+        pa.send("recv sink 3")
+        pa.expect("received sink 3", STEP)
+        wait_json(self, rundir, lambda d: engine(d, pid_b)["arena"]["loans"] == 0 and
+                  engine(d, pid_b)["arena"]["blocks_in_use"] == 0, "the loans given back")
+        itlib.quit_all(self, [pa, pb])
 
     def test_stale_hung_and_escaping(self):
         rundir = itlib.make_tmpdir("rdsctl-host")
