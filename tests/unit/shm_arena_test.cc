@@ -141,11 +141,22 @@ TEST(PeerArenaTest, MapsAnArenaReadOnlyAndQueuesReleases) {
   ASSERT_TRUE(b2.ok());
   EXPECT_FALSE(view->Borrow(arena->size() - 10, 11).ok()) << "beyond the end";
   EXPECT_FALSE(view->Borrow(~uint64_t{0} - 5, 10).ok()) << "offset overflow";
+  EXPECT_EQ(view->Borrowed(), 2);
   *b = Payload();
   *b2 = Payload();
-  EXPECT_EQ(cues, 1) << "one cue per batch of releases";
+  EXPECT_EQ(view->Borrowed(), 0);
+  EXPECT_TRUE(view->HasReleased());
+  EXPECT_EQ(cues, 0) << "200 KiB held back: left for the next message (or the link's timer)";
   EXPECT_EQ(view->TakeReleased(), (std::vector<uint64_t>{off, off}));
+  EXPECT_FALSE(view->HasReleased());
   EXPECT_TRUE(view->TakeReleased().empty());
+  // A quarter of the arena (256 KiB of 1 MiB) held back cues the link, once.
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<Payload> big = view->Borrow(0, 100 * 1024);
+    ASSERT_TRUE(big.ok());
+  }
+  EXPECT_EQ(cues, 1);
+  view->TakeReleased();
 
   // The same process announcing the same arena again (a new link) gets the same view.
   absl::StatusOr<std::shared_ptr<PeerArena>> again =
@@ -159,7 +170,7 @@ TEST(PeerArenaTest, MapsAnArenaReadOnlyAndQueuesReleases) {
   ASSERT_TRUE(b3.ok());
   view->Detach(&link2);  // not the attached one: no effect
   *b3 = Payload();
-  EXPECT_EQ(cues, 2);
+  EXPECT_EQ(cues, 1);
   view->TakeReleased();
   b3 = view->Borrow(off, 16);
   view->Detach(&link1);
@@ -170,7 +181,7 @@ TEST(PeerArenaTest, MapsAnArenaReadOnlyAndQueuesReleases) {
   EXPECT_FALSE(weak.expired()) << "a borrowed payload keeps the mapping";
   EXPECT_EQ(b3->data()[1], 7);
   *b3 = Payload();
-  EXPECT_EQ(cues, 2) << "no link attached";
+  EXPECT_EQ(cues, 1) << "no link attached";
   EXPECT_FALSE(weak.expired()) << "the waiting release keeps the mapping";
   // The next mapping notices that the peer has exited and drops it.
   absl::StatusOr<std::shared_ptr<PeerArena>> other =
@@ -230,7 +241,7 @@ TEST(PeerArenaTest, OverlappingLinksHandReleasesOnWhenTheLatestCloses) {
   int first = 0, second = 0, l1 = 0, l2 = 0;
   (*view)->Attach(&l1, [&first] { ++first; });
   (*view)->Attach(&l2, [&second] { ++second; });
-  absl::StatusOr<Payload> b = (*view)->Borrow(0, 100);
+  absl::StatusOr<Payload> b = (*view)->Borrow(0, 300 * 1024);  // over a quarter: a cue
   ASSERT_TRUE(b.ok());
   *b = Payload();
   EXPECT_EQ(second, 1) << "the latest link returns releases";
@@ -240,7 +251,7 @@ TEST(PeerArenaTest, OverlappingLinksHandReleasesOnWhenTheLatestCloses) {
   EXPECT_EQ(first, 1);
   EXPECT_EQ((*view)->TakeReleased(), std::vector<uint64_t>{0});
   // The last link closes with a release pending: the view stays for the next link.
-  b = (*view)->Borrow(1 << 16, 100);
+  b = (*view)->Borrow(1 << 16, 300 * 1024);
   ASSERT_TRUE(b.ok());
   *b = Payload();
   EXPECT_EQ(first, 2);

@@ -84,17 +84,21 @@ absl::StatusOr<Payload> PeerArena::Borrow(uint64_t offset, uint64_t len) {
                         size_));
   }
   // Read-only mapping: a receiver never writes a payload (engine/message.h).
+  borrowed_.fetch_add(1, std::memory_order_relaxed);
   return Payload::Borrowed(const_cast<uint8_t*>(base_) + offset, len, shared_from_this());
 }
 
 std::vector<uint64_t> PeerArena::TakeReleased() {
   rds::MutexLock lock(&mu_);
+  released_bytes_ = 0;
+  has_released_.store(false, std::memory_order_relaxed);
   return std::exchange(released_, {});
 }
 
 void PeerArena::Requeue(absl::Span<const uint64_t> offsets) {
   rds::MutexLock lock(&mu_);
   released_.insert(released_.begin(), offsets.begin(), offsets.end());
+  if (!released_.empty()) has_released_.store(true, std::memory_order_relaxed);
 }
 
 void PeerArena::Attach(const void* link, std::function<void()> cue) {
@@ -131,12 +135,22 @@ void PeerArena::Detach(const void* link) {
   if (cue) cue();
 }
 
-void PeerArena::ReleasePayload(uint8_t* data, size_t) {
+void PeerArena::ReleasePayload(uint8_t* data, size_t size) {
   std::function<void()> cue;
   {
     rds::MutexLock lock(&mu_);
     released_.push_back(static_cast<uint64_t>(data - base_));
-    if (released_.size() == 1 && !links_.empty()) cue = links_.back().second;
+    has_released_.store(true, std::memory_order_relaxed);
+    borrowed_.fetch_sub(1, std::memory_order_release);  // after the offset is queued
+    // Usually the next message a link sends to the peer takes the releases
+    // along (StreamLink::Send); a link is cued only when so much is held back
+    // that the peer could run short.
+    const uint64_t before = released_bytes_;
+    released_bytes_ += size;
+    const uint64_t enough = size_ / 4;
+    if (before < enough && released_bytes_ >= enough && !links_.empty()) {
+      cue = links_.back().second;
+    }
     // (The payload's owner reference is alive during this call.)
     if (links_.empty() && !self_) self_ = shared_from_this();
   }

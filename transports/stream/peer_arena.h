@@ -5,8 +5,11 @@
 // SCM_RIGHTS), and every message whose header carries kExtShimPayloadRef
 // borrows its payload from this mapping instead of reading it off the stream.
 // When such a payload goes (recvmsg copied it out, or its socket dropped it),
-// its offset is queued here and the attached link sends the queue back to
-// the peer in kArenaRelease controls; until then the peer keeps the block.
+// its offset is queued here and a link to the peer sends the queue back in
+// kArenaRelease controls — along with whatever it sends next (a reply, an
+// acknowledgement: no wake-up of its own), at once when the queue holds a
+// quarter of the arena, and otherwise on the link's release timer (within
+// milliseconds); until then the peer keeps the block.
 //
 // One PeerArena per peer process and arena, shared by all links to that
 // process: the mapping lives as long as any link or borrowed payload uses
@@ -22,6 +25,7 @@
 #define RDS_TRANSPORTS_STREAM_PEER_ARENA_H_
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <sys/types.h>
 #include <functional>
@@ -57,11 +61,15 @@ class PeerArena : public PayloadOwner, public std::enable_shared_from_this<PeerA
   absl::StatusOr<Payload> Borrow(uint64_t offset, uint64_t len);
   // Offsets released since the last call, oldest first.
   std::vector<uint64_t> TakeReleased();
+  // Whether releases are queued (a hint, without the lock).
+  bool HasReleased() const { return has_released_.load(std::memory_order_relaxed); }
+  // Payloads borrowed and not yet released.
+  int64_t Borrowed() const { return borrowed_.load(std::memory_order_acquire); }
   // Puts back releases that a closing link could not send.
   void Requeue(absl::Span<const uint64_t> offsets);
   // Makes `link` the one that returns releases: `cue` runs (on the releasing
-  // thread, no lock held) when a release is queued and none was pending, and
-  // at once if some are. Links to one peer may overlap: the latest attached
+  // thread, no lock held) when the queue reaches a quarter of the arena, and
+  // at once if releases are waiting. Links to one peer may overlap: the latest attached
   // returns releases, and when it detaches the one before it takes over.
   void Attach(const void* link, std::function<void()> cue);
   // `link` closed. With no link left, releases wait for the next.
@@ -83,6 +91,9 @@ class PeerArena : public PayloadOwner, public std::enable_shared_from_this<PeerA
   // Attached links, oldest first; the last one's cue is used.
   std::vector<std::pair<const void*, std::function<void()>>> links_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
+  uint64_t released_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> has_released_{false};
+  std::atomic<int64_t> borrowed_{0};
   // Set while releases wait with no link attached: they must not die with
   // the last borrowed payload.
   std::shared_ptr<PeerArena> self_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,9 @@
 namespace rds {
 namespace {
 
+// The release timer (ArmReleaseTimer): first look, and the longest interval.
+constexpr absl::Duration kReleaseDelayMin = absl::Milliseconds(5);
+constexpr absl::Duration kReleaseDelayMax = absl::Milliseconds(100);
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr size_t kDirectReadMin = 64 * 1024;
 constexpr int kMaxIov = 128;
@@ -103,6 +106,8 @@ void StreamLink::Send(MessagePtr m) {
   if (!o.by_ref) wire::Encode(m->header, o.header);
   o.m = std::move(m);
   out_.push_back(std::move(o));
+  // Releases of the peer's blocks ride along with whatever goes its way.
+  if (peer_arena_ && peer_arena_->HasReleased()) SendArenaReleases();
   if (!connecting_ && !want_write_) ScheduleFlush();
 }
 
@@ -439,7 +444,30 @@ bool StreamLink::ReceiveShared(wire::Header& h, Payload& p) {
   wire::StripShimPayloadRef(&h);
   p = std::move(*borrowed);
   stats::Inc(stats::kShimShmPayloadsReceived);
+  if (release_timer_ == 0) ArmReleaseTimer(kReleaseDelayMin);
   return true;
+}
+
+void StreamLink::ArmReleaseTimer(absl::Duration delay) {
+  std::weak_ptr<StreamLink> weak = weak_from_this();
+  release_timer_ = loop_.After(delay, [weak, delay] {
+    auto l = weak.lock();
+    if (!l) return;
+    l->release_timer_ = 0;
+    if (l->closed_ || !l->peer_arena_) return;
+    // (In this order: a payload released after the count was read is seen by
+    // the next look; one released before it has queued its offset already.)
+    const bool out = l->peer_arena_->Borrowed() > 0;
+    bool sent = false;
+    if (l->peer_arena_->HasReleased()) {
+      l->SendArenaReleases();
+      sent = true;
+    }
+    // Payloads still out: look again, less often while they stay unread.
+    if (out) {
+      l->ArmReleaseTimer(sent ? kReleaseDelayMin : std::min(delay * 2, kReleaseDelayMax));
+    }
+  });
 }
 
 void StreamLink::OnArenaAnnounce(const control::Control& c) {
@@ -489,6 +517,10 @@ void StreamLink::SendArenaReleases() {
 }
 
 void StreamLink::EndSharing() {
+  if (release_timer_ != 0) {
+    loop_.Cancel(release_timer_);
+    release_timer_ = 0;
+  }
   for (const Out& o : out_) {
     if (o.by_ref) {
       // Not completely written: the peer has no whole header, so it cannot

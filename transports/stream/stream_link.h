@@ -81,6 +81,9 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void OnArenaAnnounce(const control::Control& c);
   void OnArenaRelease(const control::Control& c);
   void SendArenaReleases();
+  // While payloads borrowed over this link are out, a timer sends what the
+  // peer's arena view has released, should no other message carry it.
+  void ArmReleaseTimer(absl::Duration delay);
   void QueueInternal(MessagePtr m, int pass_fd);
   void AnnounceArena(std::shared_ptr<ShmArena> arena);
   // Connected: a peer still holding blocks of ours (from a link that died)
@@ -123,6 +126,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // arena records the loans, per peer process), and the peer's arena.
   std::shared_ptr<ShmArena> arena_;
   std::shared_ptr<PeerArena> peer_arena_;
+  EventLoop::TimerId release_timer_ = 0;
   pid_t peer_pid_ = -1;  // -1: not asked yet
 };
 
