@@ -89,7 +89,8 @@ ShmArena::ShmArena(int fd, uint8_t* base, size_t size)
       size_(size),
       units_(size / kUnit),
       refs_(new std::atomic<uint32_t>[size / kUnit]),
-      class_of_(new int8_t[size / kUnit]) {
+      class_of_(new int8_t[size / kUnit]),
+      chunk_used_(size / kChunk, 0) {
   for (size_t u = 0; u < units_; ++u) {
     refs_[u].store(0, std::memory_order_relaxed);
     class_of_[u] = -1;
@@ -112,28 +113,17 @@ std::optional<Payload> ShmArena::Allocate(size_t size) {
   size_t u;
   {
     rds::MutexLock lock(&mu_);
-    if (free_[c].empty()) {
-      if ((chunks_carved_ + 1) * kChunk <= size_) {
-        // Carve the next chunk into blocks of this class.
-        const size_t first = chunks_carved_ * (kChunk / kUnit);
-        const size_t step = (kMinBlock << c) / kUnit;
-        ++chunks_carved_;
-        for (size_t b = first + kChunk / kUnit; b > first;) {
-          b -= step;
-          class_of_[b] = static_cast<int8_t>(c);
-          free_[c].push_back(static_cast<uint32_t>(b));
-        }
-      } else if (!ReclaimExitedLocked() || free_[c].empty()) {
-        return std::nullopt;
-      }
+    if (free_[c].empty() && !CarveLocked(c) &&
+        (!ReclaimExitedLocked() || (free_[c].empty() && !CarveLocked(c)))) {
+      return std::nullopt;
     }
     u = free_[c].back();
     free_[c].pop_back();
+    ++chunk_used_[u / kUnitsPerChunk];
     ++blocks_in_use_;
     bytes_in_use_ += kMinBlock << c;
   }
   refs_[u].store(1, std::memory_order_relaxed);
-  // The Payload's reference keeps this arena alive.
   // The payload's reference to the arena keeps it mapped while the payload lives.
   return Payload::Borrowed(base_ + u * kUnit, size, shared_from_this());
 }
@@ -179,11 +169,43 @@ void ShmArena::UnrefLocked(size_t u) {
   if (refs_[u].fetch_sub(1, std::memory_order_acq_rel) == 1) FreeLocked(u);
 }
 
+bool ShmArena::CarveLocked(int c) {
+  size_t chunk;
+  if (!free_chunks_.empty()) {
+    chunk = free_chunks_.back();
+    free_chunks_.pop_back();
+  } else if ((next_chunk_ + 1) * kChunk <= size_) {
+    chunk = next_chunk_++;
+  } else {
+    return false;
+  }
+  // Blocks of this class, the lowest offset last (handed out first).
+  const size_t first = chunk * kUnitsPerChunk;
+  const size_t step = (kMinBlock << c) / kUnit;
+  for (size_t b = first + kUnitsPerChunk; b > first;) {
+    b -= step;
+    class_of_[b] = static_cast<int8_t>(c);
+    free_[c].push_back(static_cast<uint32_t>(b));
+  }
+  ++chunks_carved_;
+  return true;
+}
+
 void ShmArena::FreeLocked(size_t u) {
   const int c = class_of_[u];
   free_[c].push_back(static_cast<uint32_t>(u));
   --blocks_in_use_;
   bytes_in_use_ -= kMinBlock << c;
+  const size_t chunk = u / kUnitsPerChunk;
+  if (--chunk_used_[chunk] == 0) {
+    // A chunk with nothing in use goes back to the pool of chunks, so that a
+    // workload whose sizes drift does not strand the arena in one size.
+    const uint32_t lo = static_cast<uint32_t>(chunk * kUnitsPerChunk);
+    const uint32_t hi = lo + static_cast<uint32_t>(kUnitsPerChunk);
+    std::erase_if(free_[c], [lo, hi](uint32_t b) { return b >= lo && b < hi; });
+    free_chunks_.push_back(static_cast<uint32_t>(chunk));
+    --chunks_carved_;
+  }
 }
 
 bool ShmArena::ReclaimExitedLocked() {

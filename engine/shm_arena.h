@@ -7,7 +7,8 @@
 // (DESIGN.md §9.6).
 //
 // Blocks are powers of two from 64 KiB to 1 MiB, carved from 1 MiB chunks on
-// demand; each has a reference count kept in private memory (a peer can read
+// demand (a chunk whose blocks are all free again goes back to be carved for
+// any size); each has a reference count kept in private memory (a peer can read
 // the arena but never touch its bookkeeping). The sending Message holds one
 // reference (its Payload); each loan to a peer process holds another, taken
 // by a link before the block's header is written and given back when that
@@ -89,7 +90,7 @@ class ShmArena : public PayloadOwner, public std::enable_shared_from_this<ShmAre
     size_t blocks_in_use = 0;   // allocated blocks (any reference left)
     size_t bytes_in_use = 0;    // their sizes
     size_t loans = 0;           // loans to peers not yet returned
-    size_t chunks_carved = 0;   // 1 MiB chunks given to a block size so far
+    size_t chunks_carved = 0;   // 1 MiB chunks given to a block size now
   };
   Usage GetUsage() const;
 
@@ -98,9 +99,12 @@ class ShmArena : public PayloadOwner, public std::enable_shared_from_this<ShmAre
  private:
   static constexpr int kClasses = 5;  // 64K, 128K, 256K, 512K, 1M
   static constexpr size_t kUnit = kMinBlock;
+  static constexpr size_t kUnitsPerChunk = kChunk / kUnit;
 
   ShmArena(int fd, uint8_t* base, size_t size);
   static int ClassOf(size_t size);
+  // Gives a free chunk (returned, or never used) to class `c`; false if none.
+  bool CarveLocked(int c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts the block at unit `u`, whose last reference went, on its free list.
   void FreeLocked(size_t u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the loans of peers that have exited; true if a block was freed.
@@ -119,7 +123,10 @@ class ShmArena : public PayloadOwner, public std::enable_shared_from_this<ShmAre
 
   mutable rds::Mutex mu_;
   std::vector<uint32_t> free_[kClasses] ABSL_GUARDED_BY(mu_);  // unit indices
-  size_t chunks_carved_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t chunks_carved_ ABSL_GUARDED_BY(mu_) = 0;  // chunks now given to a size
+  size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;     // chunks never used start here
+  std::vector<uint32_t> free_chunks_ ABSL_GUARDED_BY(mu_);  // returned, wholly free
+  std::vector<uint16_t> chunk_used_ ABSL_GUARDED_BY(mu_);   // blocks in use per chunk
   size_t bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;
   size_t blocks_in_use_ ABSL_GUARDED_BY(mu_) = 0;
   // peer pid → (offset → loans).

@@ -63,6 +63,33 @@ TEST(ShmArenaTest, SizesRoundUpToPowerOfTwoBlocksCarvedFromChunks) {
   EXPECT_EQ(arena->OffsetOf(*again), freed);
 }
 
+TEST(ShmArenaTest, AChunkWithNothingInUseServesAnySizeAgain) {
+  auto arena = MakeArena(1);
+  ASSERT_TRUE(arena);
+  std::vector<Payload> small;
+  for (int i = 0; i < 16; ++i) {  // the only chunk, carved into 64 KiB blocks
+    std::optional<Payload> p = arena->Allocate(64 * 1024);
+    ASSERT_TRUE(p) << i;
+    small.push_back(std::move(*p));
+  }
+  EXPECT_FALSE(arena->Allocate(64 * 1024));
+  EXPECT_FALSE(arena->Allocate(1 << 20));
+  small.erase(small.begin());  // one block free: still no room for 1 MiB
+  EXPECT_FALSE(arena->Allocate(1 << 20));
+  EXPECT_EQ(arena->GetUsage().chunks_carved, 1u);
+  small.clear();  // the whole chunk is free again
+  EXPECT_EQ(arena->GetUsage().chunks_carved, 0u);
+  std::optional<Payload> big = arena->Allocate(1 << 20);
+  ASSERT_TRUE(big) << "the chunk was given back and carved for 1 MiB";
+  EXPECT_EQ(arena->OffsetOf(*big), 0u);
+  EXPECT_FALSE(arena->Allocate(64 * 1024));
+  big.reset();
+  std::optional<Payload> again = arena->Allocate(200 * 1024);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(arena->GetUsage().blocks_in_use, 1u);
+  EXPECT_EQ(arena->GetUsage().bytes_in_use, 256u * 1024);
+}
+
 TEST(ShmArenaTest, ALentBlockIsFreedOnlyWhenEveryReferenceIsGone) {
   auto arena = MakeArena(1);
   ASSERT_TRUE(arena);
