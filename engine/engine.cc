@@ -154,9 +154,10 @@ void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
   const conf::Settings& cfg = conf::Get();
   // Joining a batch that still waits for the engine thread needs no clock
   // (two clock reads were 8 % of a 64 B stream's sender, §9.7).
-  const bool timed = cfg.inline_send_stream_us > 0 &&
-                     !submit_pending_.load(std::memory_order_relaxed);
-  bool stream = cfg.inline_send_stream_us > 0 && !timed;
+  const bool detect = cfg.inline_send_stream_us > 0;
+  const bool joins_batch = detect && submit_pending_.load(std::memory_order_relaxed);
+  const bool timed = detect && !joins_batch;
+  bool stream = joins_batch;
   if (timed) {
     const int64_t last = std::max(last_submit_end_ns_.load(std::memory_order_relaxed),
                                   last_drain_ns_.load(std::memory_order_relaxed));

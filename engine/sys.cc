@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 
 namespace rds::sys {
 namespace {
@@ -87,6 +88,22 @@ int Getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
 }
 ssize_t Sendmsg(int fd, const struct msghdr* msg, int flags) {
   return syscall(SYS_sendmsg, fd, msg, flags);
+}
+ssize_t SendmsgPassingFd(int fd, const struct iovec* iov, int iovcnt, int pass_fd, int flags) {
+  struct msghdr mh = {};
+  mh.msg_iov = const_cast<struct iovec*>(iov);
+  mh.msg_iovlen = static_cast<size_t>(iovcnt);
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  return Sendmsg(fd, &mh, flags);
 }
 ssize_t Recvmsg(int fd, struct msghdr* msg, int flags) {
   return syscall(SYS_recvmsg, fd, msg, flags);

@@ -46,6 +46,8 @@ int Getpeername(int fd, struct sockaddr* addr, socklen_t* len);
 int Setsockopt(int fd, int level, int name, const void* val, socklen_t len);
 int Getsockopt(int fd, int level, int name, void* val, socklen_t* len);
 ssize_t Sendmsg(int fd, const struct msghdr* msg, int flags);
+// sendmsg of `iov` with `pass_fd` attached (SCM_RIGHTS) unless it is -1.
+ssize_t SendmsgPassingFd(int fd, const struct iovec* iov, int iovcnt, int pass_fd, int flags);
 ssize_t Recvmsg(int fd, struct msghdr* msg, int flags);
 ssize_t Sendto(int fd, const void* buf, size_t n, int flags, const struct sockaddr* to,
                socklen_t len);

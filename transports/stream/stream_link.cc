@@ -293,20 +293,7 @@ void StreamLink::OnReadable() {
 // block SIGPIPE as the engine thread does: a peer that closed must give EPIPE,
 // not a signal.
 ssize_t StreamLink::WriteNoSignal(struct iovec* iov, int n, int pass_fd) {
-  struct msghdr mh = {};
-  mh.msg_iov = iov;
-  mh.msg_iovlen = static_cast<size_t>(n);
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
-  return sys::Sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return sys::SendmsgPassingFd(fd_, iov, n, pass_fd, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void StreamLink::Flush() {

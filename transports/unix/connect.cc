@@ -65,20 +65,7 @@ absl::Status HandOff(const std::string& path, const MessagePtr& m, int fd_to_pas
   wire::Encode(m->header, bytes.data());
   if (m->payload.size()) std::memcpy(bytes.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
   struct iovec iov = {bytes.data(), bytes.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  if (fd_to_pass >= 0) {
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd_to_pass, sizeof(int));
-  }
-  ssize_t sent = sys::Sendmsg(fd, &mh, MSG_NOSIGNAL);
+  ssize_t sent = sys::SendmsgPassingFd(fd, &iov, 1, fd_to_pass, MSG_NOSIGNAL);
   size_t done = sent > 0 ? static_cast<size_t>(sent) : 0;
   while (sent >= 0 && done < bytes.size()) {
     sent = sys::Sendto(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL, nullptr, 0);
