@@ -75,6 +75,11 @@ const std::vector<Spec>& Schema() {
       {"SHM_ARENA_MB", &Settings::shm_arena_mb, [] { return std::string("32"); }, {0, 1024},
        "shared memory (MiB) that carries payloads of 64 KiB and more to engines on this host "
        "(0: copy them through the link)"},
+      {"TCP_SPLICE_MIN_KB", &Settings::tcp_splice_min_kb, [] { return std::string("64"); },
+       {0, 1024},
+       "payloads of at least this many KiB go to other hosts by reference to their pages "
+       "(vmsplice and splice into the TCP socket) instead of being copied into it (0: always "
+       "copied)"},
       {"EXIT_FLUSH_MS", &Settings::exit_flush_ms, [] { return std::string("2000"); },
        {0, 600000},
        "at exit, wait up to this long for queued messages to reach their transport"},

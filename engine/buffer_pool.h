@@ -8,6 +8,11 @@
 // next payload of the same class. Buffers up to 4 KiB come from the small-block
 // pool (engine/small_pool.h); those in between from the heap.
 //
+// Pooled buffers (64 KiB … 1 MiB) are page-aligned whole pages, so their pages
+// can be handed to the kernel by reference (transports/stream/payload_splicer.h)
+// and, should the kernel still hold them when the buffer is freed, replaced
+// by fresh ones (ReleaseAbandoned) instead of being written under it.
+//
 // Thread-safety: lock-free (atomic slots), so also safe across fork().
 #ifndef RDS_ENGINE_BUFFER_POOL_H_
 #define RDS_ENGINE_BUFFER_POOL_H_
@@ -21,6 +26,13 @@ namespace rds::buffer_pool {
 uint8_t* Allocate(size_t size);
 // Returns storage obtained from Allocate(size) (the same size).
 void Release(uint8_t* p, size_t size);
+
+// True if Allocate(size) storage is whole pages of its own (size >= 64 KiB).
+bool PageBacked(size_t size);
+// Release() of PageBacked storage whose pages the kernel may still read: the
+// process gets fresh zero pages at the same addresses (the old ones stay with
+// the kernel until it drops them), then the storage is released as usual.
+void ReleaseAbandoned(uint8_t* p, size_t size);
 
 }  // namespace rds::buffer_pool
 

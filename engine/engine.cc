@@ -415,6 +415,8 @@ void Engine::SendControl(Path& p, MessagePtr m) {
 void Engine::OnAck(Path& p, uint64_t ack) {
   SendSpaceRelease release;  // one lock per socket, not per message
   while (!p.unacked.empty() && p.unacked.front()->header.sequence <= ack) {
+    // The peer has read it: its pages may be written again.
+    p.unacked.front()->spliced.store(false, std::memory_order_relaxed);
     release.Add(*p.unacked.front());
     p.unacked.pop_front();
   }

@@ -43,9 +43,12 @@ class PayloadOwner {
 struct PayloadRelease {
   size_t size = 0;
   std::shared_ptr<PayloadOwner> owner;  // null: engine/buffer_pool.h storage
+  bool abandoned = false;               // the kernel may still read the pages
   void operator()(uint8_t* p) const {
     if (owner) {
       owner->ReleasePayload(p, size);
+    } else if (abandoned) {
+      buffer_pool::ReleaseAbandoned(p, size);
     } else {
       buffer_pool::Release(p, size);
     }
@@ -78,6 +81,12 @@ class Payload {
   size_t size() const { return size_; }
   // The owner of borrowed storage, or null.
   const PayloadOwner* owner() const { return data_.get_deleter().owner.get(); }
+  // Storage of whole pages of its own, which may be lent to the kernel by
+  // reference (transports/stream/payload_splicer.h).
+  bool PageBacked() const { return !owner() && buffer_pool::PageBacked(size_); }
+  // The kernel may still read this storage when it is freed: it must not be
+  // reused as it is (buffer_pool::ReleaseAbandoned).
+  void Abandon() { data_.get_deleter().abandoned = true; }
 
  private:
   std::unique_ptr<uint8_t[], PayloadRelease> data_;
@@ -85,6 +94,13 @@ class Payload {
 };
 
 struct Message {
+  Message() = default;
+  Message(const Message&) = delete;
+  Message& operator=(const Message&) = delete;
+  ~Message() {
+    if (spliced.load(std::memory_order_relaxed)) payload.Abandon();
+  }
+
   wire::Header header;  // sport, dport, len, flags, exthdr; sequence set by the path
   Payload payload;
   RdsAddr saddr;        // source address (the sending socket's bound address)
@@ -97,6 +113,13 @@ struct Message {
   // sendmsg() ran; a different one at routing time means the port was
   // re-bound (or closed) since, and the message is not for the new socket.
   std::optional<uint32_t> port_gen;
+  // Sending side: a TCP link handed the payload's pages to the kernel by
+  // reference (transports/stream/payload_splicer.h). The peer's receiving
+  // socket reads them until the peer has read the bytes, which its
+  // acknowledgement of this message says (Engine::OnAck clears the flag); a
+  // message freed without it — cancelled, its path dropped — abandons its
+  // storage rather than let it be written under a reader.
+  std::atomic<bool> spliced{false};
   // MSG_ZEROCOPY: the cookie reported to the sender when the message is done.
   std::optional<uint32_t> zcopy_cookie;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).

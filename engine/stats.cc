@@ -136,6 +136,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_shm_payloads_sent",
     "shim_shm_payloads_received",
     "shim_shm_arena_full",
+    "shim_tcp_payloads_spliced",
 };
 
 }  // namespace

@@ -84,6 +84,7 @@ enum Counter : int {
   kShimShmPayloadsSent,      // payloads lent to a same-host peer from the shared arena
   kShimShmPayloadsReceived,  // payloads borrowed from a same-host peer's arena
   kShimShmArenaFull,         // large payloads copied because the arena had no room
+  kShimTcpPayloadsSpliced,   // payloads whose pages went into a TCP socket by reference
   kNumCounters,
 };
 

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <ctime>
 #include <cstring>
 
 namespace rds::sys {
@@ -140,6 +142,30 @@ int EventFd(unsigned int initval, int flags) {
   return static_cast<int>(syscall(SYS_eventfd2, initval, flags));
 }
 int Setns(int fd, int nstype) { return static_cast<int>(syscall(SYS_setns, fd, nstype)); }
+int Pipe2(int fds[2], int flags) { return static_cast<int>(syscall(SYS_pipe2, fds, flags)); }
+ssize_t Vmsplice(int fd, const struct iovec* iov, unsigned long n, unsigned int flags) {
+  return syscall(SYS_vmsplice, fd, iov, n, flags);
+}
+ssize_t Splice(int fd_in, int fd_out, size_t len, unsigned int flags) {
+  return syscall(SYS_splice, fd_in, nullptr, fd_out, nullptr, len, flags);
+}
+ssize_t SpliceToSocketNoSignal(int pipe_fd, int sock, size_t len, unsigned int flags) {
+  constexpr size_t kSigsetBytes = 8;  // the kernel's sigset, as rt_sigprocmask takes it
+  sigset_t pipe_only, old;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &pipe_only, &old, kSigsetBytes);
+  ssize_t n = Splice(pipe_fd, sock, len, flags);
+  const int err = errno;
+  // Unblocked before: no SIGPIPE can have been pending, so one pending now is ours.
+  if (n < 0 && err == EPIPE && !sigismember(&old, SIGPIPE)) {
+    const struct timespec zero = {0, 0};
+    syscall(SYS_rt_sigtimedwait, &pipe_only, nullptr, &zero, kSigsetBytes);
+  }
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, nullptr, kSigsetBytes);
+  errno = err;
+  return n;
+}
 
 int MakeInternal(int fd) {
   if (fd < 0) return fd;

@@ -63,6 +63,15 @@ int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
                const sigset_t* mask);
 int EventFd(unsigned int initval, int flags);
 int Setns(int fd, int nstype);
+int Pipe2(int fds[2], int flags);
+ssize_t Vmsplice(int fd, const struct iovec* iov, unsigned long n, unsigned int flags);
+// splice(2) between two fds at their current positions (no offsets).
+ssize_t Splice(int fd_in, int fd_out, size_t len, unsigned int flags);
+// Splice into a socket without SIGPIPE: the kernel raises it for a peer that
+// is gone (splice has no MSG_NOSIGNAL), and this may run on an application
+// thread. SIGPIPE is blocked for the call and the one it raised consumed;
+// the error is EPIPE as from send(MSG_NOSIGNAL).
+ssize_t SpliceToSocketNoSignal(int pipe_fd, int sock, size_t len, unsigned int flags);
 
 // Moves `fd` to a high number (close-on-exec) and records it as internal.
 // Returns the new fd, or `fd` itself if it cannot be moved (still recorded).

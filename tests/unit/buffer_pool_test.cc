@@ -2,6 +2,10 @@
 // keeps four per class.
 #include "engine/buffer_pool.h"
 
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <set>
 #include <vector>
@@ -66,6 +70,81 @@ TEST(BufferPoolTest, PayloadUsesThePool) {
   }
   Payload q(1 << 20);
   EXPECT_EQ(q.data(), first);
+}
+
+// The pages of an abandoned buffer may still be read by the kernel (spliced
+// into a socket): the buffer handed out again must not be those pages.
+TEST(BufferPoolTest, AnAbandonedBufferGetsFreshPagesBeforeReuse) {
+  constexpr size_t kSize = 256 << 10;
+  ASSERT_TRUE(buffer_pool::PageBacked(kSize));
+  uint8_t* a = buffer_pool::Allocate(kSize);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(a) % 4096, 0u) << "whole pages";
+  std::memset(a, 'o', kSize);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  // A reader that still holds the first page, as a socket would.
+  struct iovec iov = {a, 4096};
+  ASSERT_EQ(vmsplice(pipe_fds[1], &iov, 1, 0), 4096);
+  buffer_pool::ReleaseAbandoned(a, kSize);
+  uint8_t* b = buffer_pool::Allocate(kSize);
+  EXPECT_EQ(a, b) << "the pool keeps the (remapped) buffer";
+  EXPECT_EQ(b[0], 0) << "fresh zero pages";
+  std::memset(b, 'n', kSize);  // the next message's bytes
+  char seen[4096];
+  ASSERT_EQ(read(pipe_fds[0], seen, sizeof(seen)), 4096);
+  EXPECT_EQ(seen[0], 'o');
+  EXPECT_EQ(seen[4095], 'o');
+  buffer_pool::Release(b, kSize);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+}
+
+// Without abandoning, the same test shows what it prevents: the reader sees
+// the next message's bytes.
+TEST(BufferPoolTest, AReleasedBufferIsReusedAsItIs) {
+  constexpr size_t kSize = 256 << 10;
+  uint8_t* a = buffer_pool::Allocate(kSize);
+  std::memset(a, 'o', kSize);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  struct iovec iov = {a, 4096};
+  ASSERT_EQ(vmsplice(pipe_fds[1], &iov, 1, 0), 4096);
+  buffer_pool::Release(a, kSize);
+  uint8_t* b = buffer_pool::Allocate(kSize);
+  ASSERT_EQ(a, b);
+  std::memset(b, 'n', kSize);
+  char seen[4096];
+  ASSERT_EQ(read(pipe_fds[0], seen, sizeof(seen)), 4096);
+  EXPECT_EQ(seen[0], 'n');
+  buffer_pool::Release(b, kSize);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+}
+
+TEST(BufferPoolTest, AMessageFreedWhileSplicedAbandonsItsPayload) {
+  constexpr size_t kSize = 128 << 10;
+  uint8_t* data;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  {
+    MessagePtr m = NewMessage();
+    m->payload = Payload(kSize);
+    data = m->payload.data();
+    std::memset(data, 'o', kSize);
+    struct iovec iov = {data, 4096};
+    ASSERT_EQ(vmsplice(pipe_fds[1], &iov, 1, 0), 4096);
+    m->spliced.store(true);  // never acknowledged
+  }
+  uint8_t* b = buffer_pool::Allocate(kSize);
+  ASSERT_EQ(b, data);
+  EXPECT_EQ(b[0], 0);
+  std::memset(b, 'n', kSize);
+  char seen[4096];
+  ASSERT_EQ(read(pipe_fds[0], seen, sizeof(seen)), 4096);
+  EXPECT_EQ(seen[0], 'o');
+  buffer_pool::Release(b, kSize);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ StreamLink::StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds
     reassembler_.AllowPayloadRefs(true);
     share_payloads_ = conf::Get().shm_arena_mb > 0;
   }
+  if (tcp_) splice_min_ = static_cast<size_t>(conf::Get().tcp_splice_min_kb) * 1024;
 }
 
 StreamLink::~StreamLink() {
@@ -104,6 +105,17 @@ void StreamLink::Send(MessagePtr m) {
     }
   }
   if (!o.by_ref) wire::Encode(m->header, o.header);
+  if (splice_min_ > 0 && m->payload.size() >= splice_min_ && m->payload.PageBacked()) {
+    if (!splicer_ && !splice_failed_) {
+      splicer_ = PayloadSplicer::Create();
+      if (!splicer_) {
+        splice_failed_ = true;
+        log::Warn("link %s: no pipe for splicing payloads (%s); copying them", description_,
+                  strerror(errno));
+      }
+    }
+    o.splice = splicer_ != nullptr;
+  }
   o.m = std::move(m);
   out_.push_back(std::move(o));
   // Releases of the peer's blocks ride along with whatever goes its way.
@@ -160,6 +172,7 @@ void StreamLink::Close() {
   loop_.Remove(fd_);
   sys::CloseInternal(fd_);
   out_.clear();
+  splicer_.reset();  // what its pipe held will never be part of a stream
 }
 
 void StreamLink::CloseAfterFlush() {
@@ -292,8 +305,8 @@ void StreamLink::OnReadable() {
 // Flush runs on application threads too (the inline send path), which do not
 // block SIGPIPE as the engine thread does: a peer that closed must give EPIPE,
 // not a signal.
-ssize_t StreamLink::WriteNoSignal(struct iovec* iov, int n, int pass_fd) {
-  return sys::SendmsgPassingFd(fd_, iov, n, pass_fd, MSG_NOSIGNAL | MSG_DONTWAIT);
+ssize_t StreamLink::WriteNoSignal(struct iovec* iov, int n, int pass_fd, int flags) {
+  return sys::SendmsgPassingFd(fd_, iov, n, pass_fd, MSG_NOSIGNAL | MSG_DONTWAIT | flags);
 }
 
 void StreamLink::Flush() {
@@ -318,10 +331,15 @@ void StreamLink::Flush() {
       Fail(absl::AbortedError("fault injection: cut mid-message"));
       return;
     }
+    if (out_.front().splice && out_.front().offset >= wire::kHeaderSize) {
+      if (!SpliceFront()) return;
+      continue;
+    }
     struct iovec iov[kMaxIov];
     int n = 0;
     if (stage_.size() < kStageBytes) stage_.resize(kStageBytes);
     size_t staged = 0;
+    bool payload_follows = false;  // the batch ends with the header of a spliced payload
     for (auto it = out_.begin(); it != out_.end() && n + 2 <= kMaxIov; ++it) {
       // A message passing an fd starts a write of its own (SCM_RIGHTS goes
       // with the first byte of a sendmsg).
@@ -357,45 +375,76 @@ void StreamLink::Flush() {
         iov[n++] = {it->header + off, wire::kHeaderSize - off};
         off = wire::kHeaderSize;
       }
+      if (it->splice) {
+        payload_follows = true;  // by reference, once this write is done
+        break;
+      }
       size_t poff = off - wire::kHeaderSize;
       if (poff < plen) iov[n++] = {it->m->payload.data() + poff, plen - poff};
     }
-    ssize_t w = WriteNoSignal(iov, n, out_.front().pass_fd);
+    ssize_t w = WriteNoSignal(iov, n, out_.front().pass_fd, payload_follows ? MSG_MORE : 0);
     if (w < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        if (tcp_) stats::Inc(stats::kTcpSndbufFull);
-        if (!want_write_) {
-          want_write_ = true;
-          UpdateInterest();
-        }
-        return;
-      }
-      Fail(absl::UnavailableError(absl::StrFormat("write: %s", strerror(errno))));
+      WriteFailed();
       return;
     }
     if (w > 0) out_.front().pass_fd = -1;  // passed (the arena keeps its own fd)
-    size_t left = static_cast<size_t>(w);
-    while (left > 0 && !out_.empty()) {
-      Out& o = out_.front();
-      size_t total = o.WireBytes();
-      size_t take = std::min(left, total - o.offset);
-      o.offset += take;
-      left -= take;
-      if (o.offset == total) {
-        MessagePtr done = std::move(o.m);
-        const bool internal = o.internal;
-        out_.pop_front();
-        if (!internal && cb_.on_sent) cb_.on_sent(done);
-        if (closed_) return;
-      }
-    }
+    if (!Advance(static_cast<size_t>(w))) return;
   }
   if (want_write_) {
     want_write_ = false;
     UpdateInterest();
   }
   if (close_after_flush_) Close();
+}
+
+bool StreamLink::SpliceFront() {
+  Out& o = out_.front();
+  Payload& p = o.m->payload;
+  const size_t poff = o.offset - wire::kHeaderSize;
+  // From the first page in the pipe on, the pages are the kernel's to read
+  // until the peer acknowledges the message.
+  o.m->spliced.store(true, std::memory_order_relaxed);
+  for (;;) {
+    const ssize_t w = splicer_->Write(fd_, p.data() + poff, p.size() - poff, out_.size() > 1);
+    if (w >= 0) {
+      if (poff + static_cast<size_t>(w) == p.size()) stats::Inc(stats::kShimTcpPayloadsSpliced);
+      return Advance(static_cast<size_t>(w));
+    }
+    if (errno == EINTR) continue;
+    WriteFailed();
+    return false;
+  }
+}
+
+bool StreamLink::Advance(size_t n) {
+  while (n > 0 && !out_.empty()) {
+    Out& o = out_.front();
+    const size_t total = o.WireBytes();
+    const size_t take = std::min(n, total - o.offset);
+    o.offset += take;
+    n -= take;
+    if (o.offset == total) {
+      MessagePtr done = std::move(o.m);
+      const bool internal = o.internal;
+      out_.pop_front();
+      if (!internal && cb_.on_sent) cb_.on_sent(done);
+      if (closed_) return false;
+    }
+  }
+  return true;
+}
+
+void StreamLink::WriteFailed() {
+  if (errno != EAGAIN) {
+    Fail(absl::UnavailableError(absl::StrFormat("write: %s", strerror(errno))));
+    return;
+  }
+  if (tcp_) stats::Inc(stats::kTcpSndbufFull);
+  if (!want_write_) {
+    want_write_ = true;
+    UpdateInterest();
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -15,6 +15,9 @@
 // it. The arena's announcement, the releases and the loans are this link's
 // own business: the engine above sees ordinary messages (DESIGN.md §9.6).
 //
+// To other hosts (TCP links) a large payload is not copied into the socket
+// either: its pages go in by reference (payload_splicer.h, DESIGN.md §9.8).
+//
 // Thread-safety: with the engine's event-loop run lock held (the engine
 // thread, or an application thread on the inline send path).
 #ifndef RDS_TRANSPORTS_STREAM_STREAM_LINK_H_
@@ -32,6 +35,7 @@
 #include "engine/event_loop.h"
 #include "engine/shm_arena.h"
 #include "engine/reassembler.h"
+#include "transports/stream/payload_splicer.h"
 #include "transports/stream/peer_arena.h"
 #include "transports/transport.h"
 
@@ -71,7 +75,15 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void OnReadable();
   void Flush();
   void ScheduleFlush();
-  ssize_t WriteNoSignal(struct iovec* iov, int n, int pass_fd = -1);
+  ssize_t WriteNoSignal(struct iovec* iov, int n, int pass_fd = -1, int flags = 0);
+  // The front message's payload by reference (its header is written).
+  // Returns false when Flush must stop (socket full, link failed).
+  bool SpliceFront();
+  // Counts `n` written bytes against the front of out_, finishing messages.
+  // Returns false if the link closed meanwhile (an on_sent callback).
+  bool Advance(size_t n);
+  // A write failed with errno: waits for room (EAGAIN) or fails the link.
+  void WriteFailed();
   void Fail(const absl::Status& why);
   void FailBadInput(const std::string& what);
   void UpdateInterest();
@@ -100,6 +112,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
     bool by_ref = false;   // the payload stays in the arena: only the header is written
     int pass_fd = -1;      // sent with SCM_RIGHTS alongside this message's first byte
     bool internal = false; // the link's own (arena announcement, releases): no on_sent
+    bool splice = false;   // the payload goes by reference into the TCP socket
     size_t WireBytes() const { return wire::kHeaderSize + (by_ref ? 0 : m->payload.size()); }
   };
 
@@ -127,6 +140,11 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   std::shared_ptr<ShmArena> arena_;
   std::shared_ptr<PeerArena> peer_arena_;
   EventLoop::TimerId release_timer_ = 0;
+  // TCP links: payloads of splice_min_ bytes or more go by reference (0: off);
+  // the splicer is made for the first one.
+  size_t splice_min_ = 0;
+  std::unique_ptr<PayloadSplicer> splicer_;
+  bool splice_failed_ = false;  // no pipe could be made: copy
   pid_t peer_pid_ = -1;  // -1: not asked yet
 };
 
