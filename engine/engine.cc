@@ -17,6 +17,7 @@
 #include "conf/settings.h"
 #include "engine/bind.h"
 #include "engine/cong.h"
+#include "engine/direct_receive.h"
 #include "engine/errors.h"
 #include "engine/fault.h"
 #include "engine/info.h"
@@ -33,6 +34,9 @@
 
 namespace rds {
 namespace {
+
+// Received bytes after which a path acknowledges at once (OnPathMessage).
+constexpr uint64_t kStreamAckBytes = 512 * 1024;
 
 rds::Mutex engine_mu(absl::kConstInit);
 std::atomic<Engine*> engine_ptr{nullptr};
@@ -378,7 +382,8 @@ void Engine::Transmit(Path& p, MessagePtr m) {
   }
   const conf::Settings& cfg = conf::Get();
   // Piggyback our cumulative acknowledgement; ask for one every
-  // max_unacked_packets / max_unacked_bytes (the kernel's ACK_REQUIRED rule).
+  // max_unacked_packets / max_unacked_bytes (the kernel's ACK_REQUIRED rule),
+  // and whenever the sender's send buffer is half full (Message::ack_soon).
   m->header.ack = p.rx_delivered;
   p.rx_acked = p.rx_delivered;
   p.rx_unacked_packets = 0;
@@ -391,7 +396,7 @@ void Engine::Transmit(Path& p, MessagePtr m) {
   }
   p.tx_since_ack_required++;
   p.tx_bytes_since_ack_required += m->payload.size();
-  if (p.tx_since_ack_required >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
+  if (m->ack_soon || p.tx_since_ack_required >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
       p.tx_bytes_since_ack_required >= static_cast<uint64_t>(cfg.max_unacked_bytes)) {
     m->header.flags |= wire::kFlagAckRequired;
     p.tx_since_ack_required = 0;
@@ -649,6 +654,9 @@ void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer
   cb.on_message = [this, pp](wire::Header&& h, Payload&& payload) {
     OnPathMessage(*pp, std::move(h), std::move(payload));
   };
+  cb.payload_storage = [this, pp](const wire::Header& h, Reassembler& filler) {
+    return DirectStorage(*pp, h, filler);
+  };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
     if (pp->link != weak.lock()) return;
     OnPathDown(*pp, why);
@@ -817,9 +825,14 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   p.rx_unacked_packets++;
   p.rx_unacked_bytes += h.len;
   const conf::Settings& cfg = conf::Get();
+  // Besides the kernel's rules: a bulk stream is acknowledged every
+  // kStreamAckBytes, as TCP acknowledges the bytes under kernel rds_tcp (its
+  // sender frees messages on TCP's acknowledgement): the sender's window of
+  // sndbuf bytes keeps moving instead of draining and refilling.
   bool urgent = (h.flags & wire::kFlagAckRequired) ||
                 p.rx_unacked_packets >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
-                p.rx_unacked_bytes >= static_cast<uint64_t>(cfg.max_unacked_bytes);
+                p.rx_unacked_bytes >= static_cast<uint64_t>(cfg.max_unacked_bytes) ||
+                p.rx_unacked_bytes >= kStreamAckBytes;
   ScheduleAck(p, urgent);
 }
 
@@ -839,16 +852,7 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     PathSend(p, std::move(pong));
     return true;
   }
-  std::shared_ptr<RdsSocket> rs;
-  auto& last = p.last_destination;
-  if (const uint64_t epoch = BindTableEpoch(); last.epoch == epoch && last.port == h.dport) {
-    rs = last.socket.lock();
-  } else {
-    rs = FindBound(c.ns->key(), {c.key.laddr, h.dport});
-    last.port = h.dport;
-    last.epoch = epoch;
-    last.socket = rs;
-  }
+  std::shared_ptr<RdsSocket> rs = Destination(p, h.dport);
   if (!rs) {
     stats::Inc(stats::kRecvDropNoSock);
     control::Control notice;
@@ -864,6 +868,13 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   m->payload = std::move(payload);
   m->saddr = c.key.faddr;
   m->daddr = c.key.laddr;
+  if (DirectReceive* d = DirectReceive::LenderOf(m->payload)) {
+    // Read into the buffer of the recvmsg waiting for it: handed to that call
+    // alone. (Should that offer have gone meanwhile, the bytes move to a
+    // buffer of their own and the message is queued as usual.)
+    if (DeliverDirect(*rs, m, *d)) return true;
+    m->payload = Payload(m->payload.data(), m->payload.size());
+  }
   if (Deliver(*rs, std::move(m), /*refuse_over_hard_limit=*/true) == DeliverResult::kRefused) {
     // The peer ignores congestion and this socket's queue is far beyond its
     // rcvbuf: refuse the message (unacknowledged, so it is retransmitted
@@ -877,6 +888,33 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     return false;
   }
   return true;
+}
+
+std::shared_ptr<RdsSocket> Engine::Destination(Path& p, uint16_t dport) {
+  auto& last = p.last_destination;
+  const uint64_t epoch = BindTableEpoch();
+  if (last.epoch == epoch && last.port == dport) return last.socket.lock();
+  std::shared_ptr<RdsSocket> rs = FindBound(p.conn.ns->key(), {p.conn.key.laddr, dport});
+  last.port = dport;
+  last.epoch = epoch;
+  last.socket = rs;
+  return rs;
+}
+
+std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Reassembler& filler) {
+  // Data for a socket only (no pings, congestion maps, controls), and not a
+  // retransmission that will be dropped as already delivered.
+  if (h.dport == 0 || wire::HasExtHeaders(h) || wire::IsCongMap(h) || control::IsHello(h) ||
+      wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) {
+    return std::nullopt;
+  }
+  if ((h.flags & wire::kFlagRetransmitted) && h.sequence < p.next_rx_seq) return std::nullopt;
+  std::shared_ptr<RdsSocket> rs = Destination(p, h.dport);
+  if (!rs) return std::nullopt;
+  rds::MutexLock lock(&rs->mu);
+  // Messages already queued come first: they are the waiting call's.
+  if (rs->direct == nullptr || rs->released || !rs->recv_queue.empty()) return std::nullopt;
+  return rs->direct->Lend(h.len, filler);
 }
 
 void Engine::OnPathControl(Path& p, const control::Control& ctl) {
@@ -1260,9 +1298,28 @@ bool Engine::OnEngineThread() const {
   return EventLoop::InLoop() || gettid() == loop_tid_.load();
 }
 
-absl::Status Engine::WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline) {
+absl::Status Engine::WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline,
+                                 RdsSocket* rs, DirectReceive* direct) {
   absl::Status result;
-  if (loop_.Drive(waiter, deadline, &result)) return result;
+  if (direct == nullptr) {
+    if (loop_.Drive(waiter, deadline, &result)) return result;
+    return waiter.Sleep(deadline);
+  }
+  // The offer stands while this thread drives (so the run lock is held
+  // whenever it changes), and only with nothing queued.
+  auto offer = [rs, direct] {
+    rds::MutexLock lock(&rs->mu);
+    if (!rs->released && rs->direct == nullptr && rs->recv_queue.empty()) rs->direct = direct;
+  };
+  auto withdraw = [rs, direct] {
+    {
+      rds::MutexLock lock(&rs->mu);
+      if (rs->direct == direct) rs->direct = nullptr;
+    }
+    direct->Withdraw();
+  };
+  if (loop_.Drive(waiter, deadline, &result, offer, withdraw)) return result;
+  direct->Withdraw();
   return waiter.Sleep(deadline);
 }
 

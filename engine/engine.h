@@ -36,6 +36,7 @@
 
 namespace rds {
 
+class DirectReceive;
 class RdsSocket;
 class Waiter;
 
@@ -80,8 +81,11 @@ class Engine {
 
   // Waits for `waiter` as Waiter::Sleep does (same results), running the
   // event loop on this thread meanwhile when it can (EventLoop::Drive): the
-  // blocking wait of recvmsg. Call with no locks held.
-  absl::Status WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline);
+  // blocking wait of recvmsg. Call with no locks held. With `direct`, while
+  // this thread drives, its buffer is offered to `rs` for the next large
+  // message (engine/direct_receive.h).
+  absl::Status WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline,
+                           RdsSocket* rs = nullptr, DirectReceive* direct = nullptr);
 
   // UEK RDS_CONN_RESET: drop the links of the connections from `src` to
   // `dst`; queued messages go again after the reconnect.
@@ -141,6 +145,11 @@ class Engine {
   void AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen, uint64_t peer_ack);
   void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);
   bool AcceptData(Path& p, const wire::Header& h, Payload& payload);
+  // The socket a data message for port `dport` goes to (cached per path).
+  std::shared_ptr<RdsSocket> Destination(Path& p, uint16_t dport);
+  // A link read the header of a large payload: the buffer of a recvmsg
+  // waiting for it, if any (engine/direct_receive.h).
+  std::optional<Payload> DirectStorage(Path& p, const wire::Header& h, Reassembler& filler);
   void OnPathControl(Path& p, const control::Control& ctl);
   void OnPathDown(Path& p, const absl::Status& why);
   void SchedulePathRetry(Path& p);

@@ -281,6 +281,11 @@ void EventLoop::Run() {
 }
 
 bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result) {
+  return Drive(waiter, deadline, result, [] {}, [] {});
+}
+
+bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result,
+                      absl::FunctionRef<void()> on_enter, absl::FunctionRef<void()> on_leave) {
   if (lease_ <= absl::ZeroDuration()) return false;
   const signals::Interrupted on_signal = signals::Policy();
   if (on_signal == signals::Interrupted::kMixed) return false;
@@ -300,6 +305,7 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
   t_in_loop = true;
   drive_sessions_.fetch_add(1, std::memory_order_relaxed);
   stats::Inc(stats::kShimRecvWaitsDriven);
+  on_enter();
   const int wfd = waiter.fd();
   bool registered = false;
   struct epoll_event events[kMaxEvents];
@@ -377,6 +383,7 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
     driver_fd_.store(-1, std::memory_order_seq_cst);
     epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
   }
+  on_leave();
   last_drive_end_ns_.store(MonotonicNow(), std::memory_order_relaxed);
   driving_.store(false, std::memory_order_seq_cst);
   bool pending;

@@ -86,6 +86,10 @@ class EventLoop {
   // the signal dispositions are mixed, driving is off); the caller then
   // sleeps normally.
   bool Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result);
+  // The same, running `on_enter` once the run lock is first held and
+  // `on_leave` just before it is last released (the drive's own set-up).
+  bool Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result,
+             absl::FunctionRef<void()> on_enter, absl::FunctionRef<void()> on_leave);
 
   // True on a thread that holds the run lock (the loop thread in a round, or a
   // thread running inline or driving).

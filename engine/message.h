@@ -108,6 +108,10 @@ struct Message {
   // Sending side: the socket whose send buffer this message occupies (null for
   // engine-generated messages). Released when the message leaves the queues.
   std::shared_ptr<RdsSocket> sender;
+  // The sender's send buffer was half full when it was admitted: the path
+  // asks the peer to acknowledge it at once (ACK_REQUIRED), so that space
+  // comes back before the sender must wait for it.
+  bool ack_soon = false;
   std::atomic<bool> cancelled{false};
   // Same-host destinations: the destination port's bind generation when
   // sendmsg() ran; a different one at routing time means the port was

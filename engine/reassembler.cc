@@ -4,9 +4,20 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/usercopy.h"
+
 namespace rds {
 
+namespace {
+
+absl::Status LostError() {
+  return absl::DataLossError("a payload's bytes were lost (the buffer lent for it became unreadable)");
+}
+
+}  // namespace
+
 absl::Status Reassembler::Feed(absl::Span<const uint8_t> bytes, const Sink& sink) {
+  if (lost_) return LostError();
   size_t off = 0;
   while (off < bytes.size()) {
     if (!in_payload_) {
@@ -25,13 +36,22 @@ absl::Status Reassembler::Feed(absl::Span<const uint8_t> bytes, const Sink& sink
         continue;
       }
       in_payload_ = true;
-      payload_ = Payload(header_.len);
+      std::optional<Payload> lent;
+      if (storage_ && header_.len >= storage_min_ && header_.len > 0) lent = storage_(header_, *this);
+      payload_ = lent ? std::move(*lent) : Payload(header_.len);
       payload_have_ = 0;
       FinishIfComplete(sink);
       continue;
     }
     size_t take = std::min(payload_.size() - payload_have_, bytes.size() - off);
-    std::memcpy(payload_.data() + payload_have_, bytes.data() + off, take);
+    if (payload_.owner() == nullptr) {
+      std::memcpy(payload_.data() + payload_have_, bytes.data() + off, take);
+    } else if (!usercopy::ToUser(payload_.data() + payload_have_, bytes.data() + off, take).ok()) {
+      // Lent application memory that cannot be written: into a buffer of our own.
+      MovePayloadToOwnStorage();
+      if (lost_) return LostError();
+      std::memcpy(payload_.data() + payload_have_, bytes.data() + off, take);
+    }
     payload_have_ += take;
     off += take;
     FinishIfComplete(sink);
@@ -46,9 +66,11 @@ absl::Span<uint8_t> Reassembler::DirectTarget(size_t min_size) {
   return {payload_.data() + payload_have_, missing};
 }
 
-void Reassembler::CommitDirect(size_t n, const Sink& sink) {
+absl::Status Reassembler::CommitDirect(size_t n, const Sink& sink) {
+  if (lost_) return LostError();
   payload_have_ += n;
   FinishIfComplete(sink);
+  return absl::OkStatus();
 }
 
 void Reassembler::FinishIfComplete(const Sink& sink) {
@@ -58,10 +80,21 @@ void Reassembler::FinishIfComplete(const Sink& sink) {
   Payload p = std::move(payload_);
   payload_ = Payload();
   payload_have_ = 0;
+  if (p.owner() != nullptr) lent_completed_ = true;
   sink(std::move(h), std::move(p));
 }
 
+void Reassembler::MovePayloadToOwnStorage() {
+  if (!in_payload_) return;
+  Payload own(payload_.size());
+  if (payload_have_ > 0 && !usercopy::FromUser(own.data(), payload_.data(), payload_have_).ok()) {
+    lost_ = true;
+  }
+  payload_ = std::move(own);
+}
+
 void Reassembler::Reset() {
+  lost_ = false;
   header_have_ = 0;
   in_payload_ = false;
   payload_ = Payload();

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -37,7 +38,31 @@ class Reassembler {
   // still missing; the transport may read into it and then call
   // CommitDirect(n). Empty otherwise.
   absl::Span<uint8_t> DirectTarget(size_t min_size);
-  void CommitDirect(size_t n, const Sink& sink);
+  absl::Status CommitDirect(size_t n, const Sink& sink);
+
+  // Where payloads of at least `min_size` bytes go: `storage` is asked once
+  // the header is read and may lend memory of its own (the buffer of a
+  // recvmsg waiting for this very message, engine/direct_receive.h) or
+  // decline (nullopt: a fresh buffer). Lent storage is given back by
+  // destroying the payload — after the sink, or in Reset() — unless the
+  // lender takes it back first with MovePayloadToOwnStorage().
+  using Storage = std::function<std::optional<Payload>(const wire::Header&, Reassembler&)>;
+  void SetPayloadStorage(Storage storage, size_t min_size) {
+    storage_ = std::move(storage);
+    storage_min_ = min_size;
+  }
+  // True once after a payload in lent storage was handed to the sink.
+  bool TakeLentCompleted() {
+    const bool was = lent_completed_;
+    lent_completed_ = false;
+    return was;
+  }
+  // The payload being received moves to a fresh buffer (what has arrived is
+  // copied): its present storage is needed back. Lent storage is application
+  // memory: should it have become unreadable, the bytes are lost and the
+  // next Feed/CommitDirect fails (the stream must be dropped; the message,
+  // never acknowledged, comes again over the next link).
+  void MovePayloadToOwnStorage();
 
   // Same-host links: a header with a kExtShimPayloadRef record has no payload
   // bytes on the stream (the payload is in the sender's arena); it is handed
@@ -56,6 +81,10 @@ class Reassembler {
   size_t header_have_ = 0;
   bool in_payload_ = false;
   bool payload_refs_ = false;
+  Storage storage_;
+  size_t storage_min_ = 0;
+  bool lost_ = false;  // lent bytes could not be taken back
+  bool lent_completed_ = false;
   wire::Header header_;
   Payload payload_;
   size_t payload_have_ = 0;

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "engine/cong.h"
+#include "engine/direct_receive.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/socket.h"
@@ -86,21 +88,35 @@ absl::Status PutTimestamp(CmsgWriter& cm, RdsSocket::Timestamp kind, absl::Time 
   return cm.Put(SOL_SOCKET, SO_TIMESTAMP_NEW, &tv64, sizeof(tv64));
 }
 
-void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
-  if (rs.timestamp != RdsSocket::Timestamp::kOff) m->received_at = absl::Now();
+// What queueing records on a message (time stamps, trace point, counters).
+void Arrived(RdsSocket& rs, Message& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
+  if (rs.timestamp != RdsSocket::Timestamp::kOff) m.received_at = absl::Now();
   // The queueing trace point costs a clock read per message: taken only for
   // a socket that asked for SO_RDS_MSG_RXPATH_LATENCY (as the kernel does).
   if (rs.rx_trace_count > 0) {
-    m->rx_trace[2] = MonotonicNs();
-    if (m->rx_trace[0] == 0) m->rx_trace[0] = m->rx_trace[1] = m->rx_trace[2];
+    m.rx_trace[2] = MonotonicNs();
+    if (m.rx_trace[0] == 0) m.rx_trace[0] = m.rx_trace[1] = m.rx_trace[2];
   }
-  rs.rcv_bytes += m->payload.size();
-  stats::Add(stats::kRecvBytesAddedToSock, m->payload.size());
+  stats::Add(stats::kRecvBytesAddedToSock, m.payload.size());
   stats::Inc(stats::kRecvQueued);
+}
+
+void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
+  Arrived(rs, *m);
+  rs.rcv_bytes += m->payload.size();
   rs.recv_queue.push_back(std::move(m));
   rs.NotifyLocked(/*arrival=*/true);
 }
 
+
+void RequeueFront(RdsSocket& rs, MessagePtr m) {
+  m->payload = Payload(m->payload.data(), m->payload.size());
+  rds::MutexLock lock(&rs.mu);
+  if (rs.released) return;
+  rs.rcv_bytes += m->payload.size();
+  rs.recv_queue.push_front(std::move(m));
+  rs.NotifyLocked(/*arrival=*/true);
+}
 
 }  // namespace
 
@@ -121,6 +137,16 @@ DeliverResult Deliver(RdsSocket& rs, MessagePtr m, bool refuse_over_hard_limit) 
   return DeliverResult::kQueued;
 }
 
+
+bool DeliverDirect(RdsSocket& rs, MessagePtr& m, DirectReceive& offer) {
+  rds::MutexLock lock(&rs.mu);
+  if (rs.released || rs.direct != &offer) return false;
+  rs.direct = nullptr;
+  Arrived(rs, *m);
+  stats::Inc(stats::kShimRecvDirect);
+  offer.Complete(std::move(m));
+  return true;
+}
 
 absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   const int user_namelen = static_cast<int>(msg.msg_namelen);
@@ -150,11 +176,25 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   std::optional<absl::Time> deadline;
   for (;;) {
     MessagePtr m;
+    bool direct_taken = false;  // read into the caller's buffer, never queued
     bool inq = false;
     std::optional<rds_cmsg_rx_trace> trace;
     std::optional<rds_zcopy_cookies> cookies;
     RdsSocket::Timestamp ts_kind;
     std::optional<RdsEndpoint> bound;
+    // What the message's ancillary data needs from the socket.
+    auto snapshot = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
+      ts_kind = rs.timestamp;
+      bound = rs.bound;
+      inq = rs.inq;
+      if (rs.rx_trace_count > 0) {
+        trace.emplace();
+        std::memset(&*trace, 0, sizeof(*trace));
+        trace->rx_traces = rs.rx_trace_count;
+        for (int i = 0; i < rs.rx_trace_count; ++i) trace->rx_trace_pos[i] = rs.rx_trace_pos[i];
+      }
+      if (rs.zerocopy && !rs.zcookies.empty() && !(flags & MSG_PEEK)) cookies = TakeCookies(rs);
+    };
     {
       rds::MutexLock lock(&rs.mu);
       if (waiter) {
@@ -175,18 +215,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
       if (!rs.recv_queue.empty()) {
         m = rs.recv_queue.front();
-        ts_kind = rs.timestamp;
-        bound = rs.bound;
-        inq = rs.inq;
-        if (rs.rx_trace_count > 0) {
-          trace.emplace();
-          std::memset(&*trace, 0, sizeof(*trace));
-          trace->rx_traces = rs.rx_trace_count;
-          for (int i = 0; i < rs.rx_trace_count; ++i) trace->rx_trace_pos[i] = rs.rx_trace_pos[i];
-        }
-        if (rs.zerocopy && !rs.zcookies.empty() && !(flags & MSG_PEEK)) {
-          cookies = TakeCookies(rs);
-        }
+        snapshot();
       } else {
         if (rs.nonblocking || (flags & MSG_DONTWAIT)) {
           // rds_recvmsg_zcookie: with room for it, a pending zerocopy
@@ -212,23 +241,47 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     if (waiter) {
-      absl::Status slept = Engine::Get().WaitDriving(*waiter, deadline);
-      if (!slept.ok()) {
+      // One large buffer: offered for the next message to be read straight
+      // into it (engine/direct_receive.h). Not with MSG_PEEK, which leaves
+      // the message queued.
+      std::shared_ptr<DirectReceive> direct;
+      if (!(flags & MSG_PEEK) && !iov.empty() && iov[0].iov_len >= DirectReceive::kMinSize) {
+        direct = DirectReceive::ForThisThread();
+        direct->Prepare(static_cast<uint8_t*>(iov[0].iov_base), iov[0].iov_len, waiter);
+      }
+      absl::Status slept = Engine::Get().WaitDriving(*waiter, deadline, &rs, direct.get());
+      if (direct) m = direct->TakeMessage();
+      if (m) {
         rds::MutexLock lock(&rs.mu);
         rs.RemoveWaiterLocked(waiter);
-        if (rs.released) return RdsError(EBADF);
-        if (rs.recv_queue.empty()) return slept;
-        waiter = nullptr;  // a message raced the timeout or signal: take it
+        waiter = nullptr;
+        direct_taken = true;
+        snapshot();
+      } else {
+        if (!slept.ok()) {
+          rds::MutexLock lock(&rs.mu);
+          rs.RemoveWaiterLocked(waiter);
+          if (rs.released) return RdsError(EBADF);
+          if (rs.recv_queue.empty()) return slept;
+          waiter = nullptr;  // a message raced the timeout or signal: take it
+        }
+        continue;
       }
-      continue;
     }
 
     // Copy out, then dequeue (a failed copy leaves the message queued).
+    // A message taken straight into the buffer goes back to the head of the
+    // queue, in storage of its own, should this call fail to return it.
+    absl::Cleanup requeue = [&] {
+      if (direct_taken) RequeueFront(rs, std::move(m));
+    };
     size_t len = m->payload.size();
     size_t n = std::min(len, room);
-    if (absl::Status s = usercopy::ToUserIov(iov.data(), iov.size(), m->payload.data(), n);
-        !s.ok()) {
-      return s;
+    if (!direct_taken) {
+      if (absl::Status s = usercopy::ToUserIov(iov.data(), iov.size(), m->payload.data(), n);
+          !s.ok()) {
+        return s;
+      }
     }
     stats::Add(stats::kCopyToUser, n);
     if (len > room) msg.msg_flags |= MSG_TRUNC;
@@ -266,7 +319,16 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     std::optional<ReceiveCongestionChange> change;
-    if (!(flags & MSG_PEEK)) {
+    if (direct_taken) {
+      // Never queued: nothing to dequeue, no readiness token to drain.
+      rds::MutexLock lock(&rs.mu);
+      stats::Add(stats::kRecvBytesFreedFromSock, len);
+      stats::Inc(stats::kRecvDelivered);
+      if (inq) {
+        int left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
+        if (absl::Status s = cmsg.Put(SOL_RDS, kUekCmsgInq, &left, sizeof(left)); !s.ok()) return s;
+      }
+    } else if (!(flags & MSG_PEEK)) {
       rds::MutexLock lock(&rs.mu);
       if (!rs.recv_queue.empty() && rs.recv_queue.front() == m) {
         rs.recv_queue.pop_front();
@@ -293,6 +355,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     }
     msg.msg_controllen = cmsg.used();
     if (change) PublishReceiveCongestion(rs, *change);
+    std::move(requeue).Cancel();
     return (flags & MSG_TRUNC) ? len : n;
   }
 }

@@ -14,6 +14,7 @@
 
 namespace rds {
 
+class DirectReceive;
 class RdsSocket;
 
 // Queues an arrived message on the destination socket (rds_recv_incoming's
@@ -23,6 +24,11 @@ class RdsSocket;
 // (RdsSocket::OverHardLimitLocked) refuses it instead.
 enum class DeliverResult { kQueued, kDropped, kRefused };
 DeliverResult Deliver(RdsSocket& rs, MessagePtr m, bool refuse_over_hard_limit = false);
+
+// A message read into the buffer `offer` lent (engine/direct_receive.h):
+// handed to the waiting recvmsg, counted as queued and taken at once. False
+// (nothing done) if that offer no longer stands on `rs`.
+bool DeliverDirect(RdsSocket& rs, MessagePtr& m, DirectReceive& offer);
 
 // recvmsg(2) (kernel-rds.md §A.5). `msg` is our copy of the caller's msghdr;
 // its buffers are application memory. On return, msg.msg_namelen,

@@ -280,6 +280,9 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   // the send fails before its message is queued.
   bool admitted = false;
   bool had_sent = false;
+  // Admitted with the send buffer at least half full: the receiver should
+  // acknowledge at once, or this sender soon waits for space.
+  bool half_full = false;
   auto give_back = [&] {
     if (!admitted) return;
     admitted = false;
@@ -319,6 +322,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
       had_sent = rs.has_sent;
       rs.has_sent = true;
       admitted = true;
+      half_full = rs.snd_bytes * 2 >= sndbuf;
     }
   }
   ControlMessages cm;
@@ -376,6 +380,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
       rs.snd_bytes += len;
       rs.has_sent = true;
       admitted = true;
+      half_full = rs.snd_bytes * 2 >= static_cast<size_t>(rs.RdsSndbuf());
       break;
     }
     stats::Inc(stats::kSendQueueFull);
@@ -392,6 +397,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
         rs.snd_bytes += len;
         rs.has_sent = true;
         admitted = true;
+        half_full = true;
         break;
       }
       return slept;
@@ -399,6 +405,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   }
   std::move(give_back_on_failure).Cancel();
   m->sender = rs.shared_from_this();
+  m->ack_soon = half_full;
   stats::Inc(stats::kSendQueued);
   Engine::Get().Submit(std::move(m), rs.ns);
   return len;

@@ -42,6 +42,8 @@ inline constexpr int kTransIb = 0;
 inline constexpr int kTransTcp = 2;
 inline constexpr int kTransLoop = 3;  // kernel-internal RDS_TRANS_LOOP, shown for 127.x binds
 
+class DirectReceive;
+
 class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
  public:
   RdsSocket(uint64_t id, std::shared_ptr<NetNs> ns, bool nonblocking);
@@ -82,6 +84,9 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   bool has_sent ABSL_GUARDED_BY(mu) = false;  // kernel: rs_conn cached
 
   std::deque<MessagePtr> recv_queue ABSL_GUARDED_BY(mu);
+  // A waiting recvmsg's buffer, offered for the next large message
+  // (engine/direct_receive.h); changed only with the run lock held too.
+  DirectReceive* direct ABSL_GUARDED_BY(mu) = nullptr;
   std::deque<uint32_t> zcookies ABSL_GUARDED_BY(mu);  // zerocopy completions to report
   size_t rcv_bytes ABSL_GUARDED_BY(mu) = 0;
   size_t snd_bytes ABSL_GUARDED_BY(mu) = 0;

@@ -137,6 +137,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_shm_payloads_received",
     "shim_shm_arena_full",
     "shim_tcp_payloads_spliced",
+    "shim_recv_direct",
 };
 
 }  // namespace

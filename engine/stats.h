@@ -85,6 +85,7 @@ enum Counter : int {
   kShimShmPayloadsReceived,  // payloads borrowed from a same-host peer's arena
   kShimShmArenaFull,         // large payloads copied because the arena had no room
   kShimTcpPayloadsSpliced,   // payloads whose pages went into a TCP socket by reference
+  kShimRecvDirect,           // messages read straight into the buffer of a waiting recvmsg
   kNumCounters,
 };
 

@@ -12,10 +12,12 @@
 #define RDS_TRANSPORTS_TRANSPORT_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "engine/message.h"
+#include "engine/reassembler.h"
 #include "engine/wire.h"
 
 namespace rds {
@@ -25,6 +27,9 @@ class Link {
   struct Callbacks {
     // A complete message arrived.
     std::function<void(wire::Header&& header, Payload&& payload)> on_message;
+    // Optional: the header of a large payload was read; storage for it other
+    // than a fresh buffer (Reassembler::Storage), or nullopt.
+    Reassembler::Storage payload_storage;
     // An outgoing connection finished connecting (before any message).
     std::function<void()> on_connected;
     // A message has been written completely (its send space may be freed).

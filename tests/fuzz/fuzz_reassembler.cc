@@ -114,7 +114,7 @@ class Harness {
     if (k == 0) return;
     std::memcpy(t.data(), s_.data() + fed_, k);
     call_end_ = fed_ + k;
-    r_.CommitDirect(k, sink_);
+    FUZZ_CHECK(r_.CommitDirect(k, sink_).ok(), "CommitDirect failed without lent storage");
     fed_ += k;
     CheckProgress();
   }

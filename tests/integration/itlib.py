@@ -15,6 +15,7 @@ missing the default build directory ./build is tried.
 
 import atexit
 import errno
+import json
 import os
 import random
 import re
@@ -502,3 +503,31 @@ def ask(proc, command, prefix, timeout=10):
     """Sends command to a line-protocol child and returns its reply line starting with prefix."""
     proc.send(command)
     return proc.expect(prefix, timeout)
+
+
+def build_root():
+    return os.path.dirname(os.path.dirname(path_of("RDS_IT_PRELOAD_LIB")))
+
+
+def rdsctl_path():
+    p = os.environ.get("RDSCTL") or os.path.join(build_root(), "tools", "rdsctl")
+    if not os.path.isfile(p):
+        raise AssertionError(f"rdsctl not built at {p}")
+    return p
+
+
+def rdsctl(rundir, *args, timeout=20):
+    """Runs rdsctl (not preloaded) on rundir; returns (rc, stdout, stderr)."""
+    env = plain_env(RDS_PRELOAD_RUNDIR=rundir)
+    r = subprocess.run([rdsctl_path(), *args], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def rdsctl_json(tc, rundir, *args):
+    rc, out, err = rdsctl(rundir, "--json", *args)
+    tc.assertEqual(rc, 0, f"rdsctl --json exited {rc}\nstdout:\n{out}\nstderr:\n{err}")
+    try:
+        return json.loads(out)
+    except ValueError as e:
+        tc.fail(f"rdsctl --json printed invalid JSON ({e}):\n{out}")

@@ -8,7 +8,9 @@ MESSAGES messages (sizes 0 B ... 1 MiB) to each of the three others: same-host p
 the shim's Unix links, cross-host pairs through TCP (rendezvous port 16385) over the veth.
 I/O styles are mixed (poll loop / blocking threads).
 Pass: all 12 pairs deliver exactly MESSAGES messages in order with equal per-pair SHA-256, no
-error or extra message anywhere.
+error or extra message anywhere; large payloads crossed hosts by reference to their pages
+(shim_tcp_payloads_spliced) and blocking receivers took some straight into their buffers
+(shim_recv_direct), per `rdsctl --json` of each host.
 
 Needs root and `ip netns` (else skipped, exit 77). Expected run time: ~10-30 s.
 """
@@ -56,6 +58,14 @@ class NetnsAllToAll(unittest.TestCase):
         addrs = [a for (_, _, a, _) in layout]
         expected = [(s, d) for s in addrs for d in addrs if s != d]
         itlib.check_pairs(self, peers, expected, MESSAGES)
+        totals = {}
+        for ns in (ns_a, ns_b):
+            counters = itlib.rdsctl_json(self, rundir[ns])["totals"]["counters"]
+            for name in ("shim_tcp_payloads_spliced", "shim_recv_direct"):
+                totals[name] = totals.get(name, 0) + counters[name]
+        itlib.log(f"counters: {totals}")
+        self.assertGreater(totals["shim_tcp_payloads_spliced"], 0)
+        self.assertGreater(totals["shim_recv_direct"], 0)
         itlib.quit_all(self, peers)
 
 

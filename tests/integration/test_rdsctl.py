@@ -48,32 +48,9 @@ PEER = itlib.script("rdsctl_peer.py")
 STEP = 20
 
 
-def build_root():
-    return os.path.dirname(os.path.dirname(itlib.path_of("RDS_IT_PRELOAD_LIB")))
-
-
-def rdsctl_path():
-    p = os.environ.get("RDSCTL") or os.path.join(build_root(), "tools", "rdsctl")
-    if not os.path.isfile(p):
-        raise AssertionError(f"rdsctl not built at {p}")
-    return p
-
-
-def rdsctl(rundir, *args, timeout=20):
-    """Runs rdsctl (not preloaded) on rundir; returns (rc, stdout, stderr)."""
-    env = itlib.plain_env(RDS_PRELOAD_RUNDIR=rundir)
-    r = subprocess.run([rdsctl_path(), *args], capture_output=True, text=True, env=env,
-                       timeout=timeout)
-    return r.returncode, r.stdout, r.stderr
-
-
-def rdsctl_json(tc, rundir, *args):
-    rc, out, err = rdsctl(rundir, "--json", *args)
-    tc.assertEqual(rc, 0, f"rdsctl --json exited {rc}\nstdout:\n{out}\nstderr:\n{err}")
-    try:
-        return json.loads(out)
-    except ValueError as e:
-        tc.fail(f"rdsctl --json printed invalid JSON ({e}):\n{out}")
+rdsctl_path = itlib.rdsctl_path
+rdsctl = itlib.rdsctl
+rdsctl_json = itlib.rdsctl_json
 
 
 def engine(doc, pid):

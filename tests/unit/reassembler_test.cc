@@ -61,9 +61,85 @@ TEST(ReassemblerTest, DirectReadsFillLargePayloads) {
   absl::Span<uint8_t> target = r.DirectTarget(1024);
   ASSERT_EQ(target.size(), frame.size() - 100);
   std::copy(frame.begin() + 100, frame.end(), target.begin());
-  r.CommitDirect(target.size(), sink);
+  ASSERT_TRUE(r.CommitDirect(target.size(), sink).ok());
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(size, 200000u);
+}
+
+// Storage lent for a payload (a waiting recvmsg's buffer): filled in place,
+// handed to the sink, given back when the payload goes.
+class Lender : public PayloadOwner {
+ public:
+  void ReleasePayload(uint8_t*, size_t) override { ++released; }
+  int released = 0;
+};
+
+TEST(ReassemblerTest, LentStorageIsFilledInPlace) {
+  auto lender = std::make_shared<Lender>();
+  std::vector<uint8_t> buffer(300000, 0);
+  Reassembler r;
+  int asked = 0;
+  r.SetPayloadStorage(
+      [&](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
+        ++asked;
+        if (h.dport != 9) return std::nullopt;  // declined: a buffer of its own
+        return Payload::Borrowed(buffer.data(), h.len, lender);
+      },
+      1024);
+  std::vector<uint8_t> stream = Frame(9, std::string(200000, 'z'));
+  auto small = Frame(8, "tiny");  // under the minimum: never asked
+  auto declined = Frame(7, std::string(5000, 'd'));
+  stream.insert(stream.end(), small.begin(), small.end());
+  stream.insert(stream.end(), declined.begin(), declined.end());
+  std::vector<Payload> got;
+  auto sink = [&](wire::Header&&, Payload&& p) { got.push_back(std::move(p)); };
+  // Part through Feed, the rest straight into the target, then the others.
+  ASSERT_TRUE(r.Feed({stream.data(), 1000}, sink).ok());
+  absl::Span<uint8_t> target = r.DirectTarget(1024);
+  ASSERT_EQ(target.data(), buffer.data() + 1000 - wire::kHeaderSize) << "the lent buffer";
+  std::copy(stream.begin() + 1000, stream.begin() + 1000 + target.size(), target.begin());
+  ASSERT_TRUE(r.CommitDirect(target.size(), sink).ok());
+  EXPECT_TRUE(r.TakeLentCompleted());
+  EXPECT_FALSE(r.TakeLentCompleted()) << "once";
+  const size_t rest = wire::kHeaderSize + 200000;
+  ASSERT_TRUE(r.Feed({stream.data() + rest, stream.size() - rest}, sink).ok());
+  EXPECT_FALSE(r.TakeLentCompleted());
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(got[0].data(), buffer.data());
+  EXPECT_EQ(buffer[0], 'z');
+  EXPECT_EQ(buffer[199999], 'z');
+  EXPECT_EQ(buffer[200000], 0) << "nothing past the payload";
+  EXPECT_EQ(got[2].owner(), nullptr);
+  EXPECT_EQ(lender->released, 0);
+  got.clear();
+  EXPECT_EQ(lender->released, 1);
+}
+
+TEST(ReassemblerTest, LentStorageIsTakenBackMidPayload) {
+  auto lender = std::make_shared<Lender>();
+  std::vector<uint8_t> buffer(100000, 0);
+  Reassembler r;
+  r.SetPayloadStorage(
+      [&](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
+        return Payload::Borrowed(buffer.data(), h.len, lender);
+      },
+      1024);
+  std::string body(100000, 'a');
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 26);
+  std::vector<uint8_t> stream = Frame(9, body);
+  std::vector<Payload> got;
+  auto sink = [&](wire::Header&&, Payload&& p) { got.push_back(std::move(p)); };
+  ASSERT_TRUE(r.Feed({stream.data(), 30000}, sink).ok());
+  // The recvmsg that lent it leaves: the bytes so far move to own storage.
+  r.MovePayloadToOwnStorage();
+  EXPECT_EQ(lender->released, 1);
+  std::fill(buffer.begin(), buffer.end(), 0);  // the application reuses its buffer
+  ASSERT_TRUE(r.Feed({stream.data() + 30000, stream.size() - 30000}, sink).ok());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].owner(), nullptr);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got[0].data()), got[0].size()), body);
+  EXPECT_FALSE(r.TakeLentCompleted());
 }
 
 }  // namespace

@@ -76,6 +76,11 @@ StreamLink::~StreamLink() {
   for (int f : received_fds_) sys::CloseInternal(f);
 }
 
+void StreamLink::SetCallbacks(Callbacks callbacks) {
+  cb_ = std::move(callbacks);
+  reassembler_.SetPayloadStorage(cb_.payload_storage, kDirectReadMin);
+}
+
 int StreamLink::TakeReceivedFd() {
   if (received_fds_.empty()) return -1;
   int f = received_fds_.front();
@@ -240,6 +245,7 @@ void StreamLink::OnEvents(uint32_t events) {
 
 void StreamLink::OnReadable() {
   auto sink = [this](wire::Header&& h, Payload&& p) {
+    large_stream_ = h.len >= kDirectReadMin;
     if (closed_) return;
     if (unix_ && !ReceiveShared(h, p)) return;
     if (cb_.on_message) cb_.on_message(std::move(h), std::move(p));
@@ -252,7 +258,21 @@ void StreamLink::OnReadable() {
       n = sys::Read(fd_, direct.data(), direct.size());
       if (n > 0) {
         last_read_ns_ = MonotonicNs();
-        reassembler_.CommitDirect(static_cast<size_t>(n), sink);
+        if (absl::Status s = reassembler_.CommitDirect(static_cast<size_t>(n), sink); !s.ok()) {
+          Fail(s);
+          return;
+        }
+        // Read into a waiting recvmsg's buffer: the next message stays in the
+        // socket for that thread's next call to read straight into its
+        // buffer too (the loop comes back while the socket is readable).
+        if (reassembler_.TakeLentCompleted()) return;
+        continue;
+      }
+      if (n < 0 && errno == EFAULT) {
+        // Storage lent by a recvmsg whose buffer is not writable: the
+        // payload continues in a buffer of its own (that recvmsg gets EFAULT
+        // from its copy, as from the kernel).
+        reassembler_.MovePayloadToOwnStorage();
         continue;
       }
     } else {
@@ -278,7 +298,13 @@ void StreamLink::OnReadable() {
           }
         }
       } else {
-        n = sys::Read(fd_, read_buf_.data(), read_buf_.size());
+        // In a stream of large messages, a header alone first: its payload
+        // may then go straight into the buffer of a waiting recvmsg
+        // (Callbacks::payload_storage) rather than through read_buf_.
+        const size_t want = large_stream_ && cb_.payload_storage && reassembler_.AtBoundary()
+                                ? wire::kHeaderSize
+                                : read_buf_.size();
+        n = sys::Read(fd_, read_buf_.data(), want);
       }
       if (n > 0) {
         last_read_ns_ = MonotonicNs();
@@ -287,7 +313,8 @@ void StreamLink::OnReadable() {
           FailBadInput(absl::StrFormat("invalid framing: %s", s.message()));
           return;
         }
-        if (static_cast<size_t>(n) < read_buf_.size()) return;
+        if (reassembler_.TakeLentCompleted()) return;
+        if (static_cast<size_t>(n) < read_buf_.size() && !large_stream_) return;
         continue;
       }
     }

@@ -50,7 +50,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
                                             bool accept_fds, std::string description);
   ~StreamLink() override;
 
-  void SetCallbacks(Callbacks callbacks) override { cb_ = std::move(callbacks); }
+  void SetCallbacks(Callbacks callbacks) override;
   // Payloads from the arena go by reference (an AF_UNIX link, arena on).
   // The constructor decides; tests may turn it off.
   bool shares_payloads() const { return share_payloads_; }
@@ -128,6 +128,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool unix_ = false;  // an AF_UNIX link to an engine of this host
   bool share_payloads_ = false;
   int64_t last_read_ns_ = 0;
+  bool large_stream_ = false;  // the last message read had a large payload
   std::string description_;
   Callbacks cb_;
   std::deque<Out> out_;
