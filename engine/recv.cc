@@ -109,13 +109,20 @@ void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
 }
 
 
-void RequeueFront(RdsSocket& rs, MessagePtr m) {
-  m->payload = Payload(m->payload.data(), m->payload.size());
-  rds::MutexLock lock(&rs.mu);
-  if (rs.released) return;
-  rs.rcv_bytes += m->payload.size();
-  rs.recv_queue.push_front(std::move(m));
-  rs.NotifyLocked(/*arrival=*/true);
+// A message taken by a recvmsg that then failed goes back to the head of the
+// queue (with storage of its own if it was read into the caller's buffer).
+void RequeueFront(RdsSocket& rs, MessagePtr m, bool own_storage) {
+  if (own_storage) m->payload = Payload(m->payload.data(), m->payload.size());
+  std::optional<ReceiveCongestionChange> change;
+  {
+    rds::MutexLock lock(&rs.mu);
+    if (rs.released) return;
+    rs.rcv_bytes += m->payload.size();
+    rs.recv_queue.push_front(std::move(m));
+    rs.NotifyLocked(/*arrival=*/true);
+    change = ReceiveCongestionChangeLocked(rs);
+  }
+  if (change) PublishReceiveCongestion(rs, *change);
 }
 
 }  // namespace
@@ -176,11 +183,14 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
   std::optional<absl::Time> deadline;
   for (;;) {
     MessagePtr m;
+    bool taken = false;         // dequeued (not MSG_PEEK): ours unless this call fails
     bool direct_taken = false;  // read into the caller's buffer, never queued
     bool inq = false;
+    int inq_left = 0;           // UEK RDS_CMSG_INQ: bytes still queued after this message
+    std::optional<ReceiveCongestionChange> change;
     std::optional<rds_cmsg_rx_trace> trace;
     std::optional<rds_zcopy_cookies> cookies;
-    RdsSocket::Timestamp ts_kind;
+    RdsSocket::Timestamp ts_kind = RdsSocket::Timestamp::kOff;
     std::optional<RdsEndpoint> bound;
     // What the message's ancillary data needs from the socket.
     auto snapshot = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
@@ -216,6 +226,16 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       if (!rs.recv_queue.empty()) {
         m = rs.recv_queue.front();
         snapshot();
+        if (!(flags & MSG_PEEK)) {
+          // Taken now, in this one lock hold; put back should the copy fail
+          // (where the kernel leaves it queued).
+          rs.recv_queue.pop_front();
+          rs.rcv_bytes -= m->payload.size();
+          rs.DrainTokensLocked(fd);
+          change = ReceiveCongestionChangeLocked(rs);
+          inq_left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
+          taken = true;
+        }
       } else {
         if (rs.nonblocking || (flags & MSG_DONTWAIT)) {
           // rds_recvmsg_zcookie: with room for it, a pending zerocopy
@@ -255,8 +275,9 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         rds::MutexLock lock(&rs.mu);
         rs.RemoveWaiterLocked(waiter);
         waiter = nullptr;
-        direct_taken = true;
+        taken = direct_taken = true;
         snapshot();
+        inq_left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
       } else {
         if (!slept.ok()) {
           rds::MutexLock lock(&rs.mu);
@@ -269,11 +290,14 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
 
-    // Copy out, then dequeue (a failed copy leaves the message queued).
-    // A message taken straight into the buffer goes back to the head of the
-    // queue, in storage of its own, should this call fail to return it.
+    // A failed copy leaves the message queued: one taken goes back to the
+    // head of the queue (in storage of its own if it was read straight into
+    // the caller's buffer). The congestion change of taking it is published
+    // first, so that the socket's state and the published one stay equal.
     absl::Cleanup requeue = [&] {
-      if (direct_taken) RequeueFront(rs, std::move(m));
+      if (!taken) return;
+      if (change) PublishReceiveCongestion(rs, *change);
+      RequeueFront(rs, std::move(m), direct_taken);
     };
     size_t len = m->payload.size();
     size_t n = std::min(len, room);
@@ -318,39 +342,15 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         return s;
       }
     }
-    std::optional<ReceiveCongestionChange> change;
-    if (direct_taken) {
-      // Never queued: nothing to dequeue, no readiness token to drain.
-      rds::MutexLock lock(&rs.mu);
+    if (taken) {
       stats::Add(stats::kRecvBytesFreedFromSock, len);
       stats::Inc(stats::kRecvDelivered);
+      // UEK RDS_CMSG_INQ: the bytes still queued after this message (0 tells
+      // rds-stress to stop draining).
       if (inq) {
-        int left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
-        if (absl::Status s = cmsg.Put(SOL_RDS, kUekCmsgInq, &left, sizeof(left)); !s.ok()) return s;
-      }
-    } else if (!(flags & MSG_PEEK)) {
-      rds::MutexLock lock(&rs.mu);
-      if (!rs.recv_queue.empty() && rs.recv_queue.front() == m) {
-        rs.recv_queue.pop_front();
-        rs.rcv_bytes -= len;
-        stats::Add(stats::kRecvBytesFreedFromSock, len);
-        stats::Inc(stats::kRecvDelivered);
-        rs.DrainTokensLocked(fd);
-        change = ReceiveCongestionChangeLocked(rs);
-        if (inq) {
-          // UEK RDS_CMSG_INQ: the bytes still queued after this message (0
-          // tells rds-stress to stop draining).
-          int left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
-          if (absl::Status s = cmsg.Put(SOL_RDS, kUekCmsgInq, &left, sizeof(left)); !s.ok()) return s;
+        if (absl::Status s = cmsg.Put(SOL_RDS, kUekCmsgInq, &inq_left, sizeof(inq_left)); !s.ok()) {
+          return s;
         }
-      } else {
-        // Another reader took this message while we copied it: the kernel's
-        // rds_still_queued fails and the loop retries with the next one.
-        stats::Inc(stats::kRecvDeliverRaced);
-        msg.msg_flags = flags & MSG_CMSG_CLOEXEC;
-        msg.msg_namelen = 0;
-        cmsg = CmsgWriter(msg);
-        continue;
       }
     }
     msg.msg_controllen = cmsg.used();
