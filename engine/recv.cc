@@ -109,10 +109,9 @@ void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
 }
 
 
-// A message taken by a recvmsg that then failed goes back to the head of the
-// queue (with storage of its own if it was read into the caller's buffer).
-void RequeueFront(RdsSocket& rs, MessagePtr m, bool own_storage) {
-  if (own_storage) m->payload = Payload(m->payload.data(), m->payload.size());
+// A message taken by a recvmsg whose copy out failed goes back to the head
+// of the queue.
+void RequeueFront(RdsSocket& rs, MessagePtr m) {
   std::optional<ReceiveCongestionChange> change;
   {
     rds::MutexLock lock(&rs.mu);
@@ -290,20 +289,24 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
 
-    // A failed copy leaves the message queued: one taken goes back to the
-    // head of the queue (in storage of its own if it was read straight into
-    // the caller's buffer). The congestion change of taking it is published
-    // first, so that the socket's state and the published one stay equal.
-    absl::Cleanup requeue = [&] {
-      if (!taken) return;
+    // Taking the message may have ended the socket's congestion: published
+    // on every way out, so that the socket's state and the published one
+    // stay equal.
+    absl::Cleanup publish = [&] {
       if (change) PublishReceiveCongestion(rs, *change);
-      RequeueFront(rs, std::move(m), direct_taken);
     };
     size_t len = m->payload.size();
     size_t n = std::min(len, room);
     if (!direct_taken) {
       if (absl::Status s = usercopy::ToUserIov(iov.data(), iov.size(), m->payload.data(), n);
           !s.ok()) {
+        // A failed payload copy leaves the message queued (kernel
+        // rds_recvmsg); past this point a failure loses it, as there.
+        if (taken) {
+          if (change) PublishReceiveCongestion(rs, *change);
+          change.reset();
+          RequeueFront(rs, std::move(m));
+        }
         return s;
       }
     }
@@ -354,8 +357,6 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
     }
     msg.msg_controllen = cmsg.used();
-    if (change) PublishReceiveCongestion(rs, *change);
-    std::move(requeue).Cancel();
     return (flags & MSG_TRUNC) ? len : n;
   }
 }

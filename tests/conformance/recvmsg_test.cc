@@ -1,5 +1,6 @@
 // recvmsg()/recvfrom()/recv()/read() — kernel-rds.md §A.5 (rds_recvmsg), §B.5 (congestion
 // notifications), DESIGN.md §2.2 (blocking and signals), §E.14.
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 #include "tests/conformance/rds_test_util.h"
@@ -245,6 +246,20 @@ TEST(Recvmsg, RecvmsgWithMsgPeekLeavesTheMessageQueued) {
   Received gone = RecvOnce(p.r.get(), 64, MSG_DONTWAIT);
   EXPECT_EQ(gone.n, -1);
   EXPECT_EQ(gone.err, EAGAIN);
+}
+
+// rds_recvmsg: a payload copy that fails (EFAULT) leaves the message queued for the next call.
+TEST(Recvmsg, RecvmsgIntoAnUnwritableBufferGivesEfaultAndKeepsTheMessage) {
+  Pair p = MakePair();
+  ASSERT_TRUE(p.ok());
+  SendAndWait(p, "kept");
+  const long page = sysconf(_SC_PAGESIZE);
+  void* bad = mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(bad, MAP_FAILED);
+  EXPECT_EQ(recv(p.r.get(), bad, 64, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EFAULT) << ErrnoName(errno);
+  munmap(bad, page);
+  EXPECT_EQ(RecvOnce(p.r.get(), 64, MSG_DONTWAIT).data, "kept");
 }
 
 // A truncated peek discards nothing.
