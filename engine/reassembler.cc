@@ -62,7 +62,10 @@ absl::Status Reassembler::Feed(absl::Span<const uint8_t> bytes, const Sink& sink
 absl::Span<uint8_t> Reassembler::DirectTarget(size_t min_size) {
   if (!in_payload_) return {};
   size_t missing = payload_.size() - payload_have_;
-  if (missing < min_size) return {};
+  // Lent storage is read into to the end, however little is left: read
+  // through read_buf_, its tail would bring the next message's header along
+  // — after the lender's offer is spent.
+  if (missing < min_size && payload_.owner() == nullptr) return {};
   return {payload_.data() + payload_have_, missing};
 }
 

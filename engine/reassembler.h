@@ -34,9 +34,10 @@ class Reassembler {
   // after that the reassembler must not be fed again.
   absl::Status Feed(absl::Span<const uint8_t> bytes, const Sink& sink);
 
-  // If a payload of at least `min_size` bytes is partly received, the part
-  // still missing; the transport may read into it and then call
-  // CommitDirect(n). Empty otherwise.
+  // If a payload is partly received and at least `min_size` bytes of it are
+  // missing (any number, in lent storage), the part still missing; the
+  // transport may read into it and then call CommitDirect(n). Empty
+  // otherwise.
   absl::Span<uint8_t> DirectTarget(size_t min_size);
   absl::Status CommitDirect(size_t n, const Sink& sink);
 
