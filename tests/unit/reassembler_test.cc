@@ -116,6 +116,27 @@ TEST(ReassemblerTest, LentStorageIsFilledInPlace) {
   EXPECT_EQ(lender->released, 1);
 }
 
+// The tail of a lent payload is read straight into it however short it is:
+// through the read buffer it would bring the next header along.
+TEST(ReassemblerTest, LentStorageIsATargetToItsLastByte) {
+  auto lender = std::make_shared<Lender>();
+  std::vector<uint8_t> buffer(100000, 0);
+  Reassembler r;
+  r.SetPayloadStorage(
+      [&](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
+        return Payload::Borrowed(buffer.data(), h.len, lender);
+      },
+      1024);
+  std::vector<uint8_t> stream = Frame(9, std::string(100000, 'q'));
+  auto sink = [&](wire::Header&&, Payload&&) {};
+  ASSERT_TRUE(r.Feed({stream.data(), stream.size() - 10}, sink).ok());
+  EXPECT_EQ(r.DirectTarget(1024).size(), 10u);
+  // Not for storage of its own: under the minimum, no target.
+  Reassembler own;
+  ASSERT_TRUE(own.Feed({stream.data(), stream.size() - 10}, sink).ok());
+  EXPECT_TRUE(own.DirectTarget(1024).empty());
+}
+
 TEST(ReassemblerTest, LentStorageIsTakenBackMidPayload) {
   auto lender = std::make_shared<Lender>();
   std::vector<uint8_t> buffer(100000, 0);
