@@ -29,6 +29,8 @@ constexpr int kMaxEvents = 64;
 
 // The thread holds the run lock (InLoop()).
 thread_local bool t_in_loop = false;
+// The timerfd of the waiter this thread is driving for, or -1.
+thread_local int t_driver_fd = -1;
 
 int64_t MonotonicNow() {
   struct timespec ts;
@@ -173,8 +175,12 @@ void EventLoop::Dispatch(const struct epoll_event* events, int n) {
     if (it == handlers_.end()) {
       // A driver's waiter fired, but epoll gave the event to this thread:
       // signal it again (after the run lock is released, when this thread is
-      // not in epoll_wait, so the driver gets the new edge).
-      if (fd == driver_fd_.load(std::memory_order_relaxed)) WakeBatch::Current()->QueueFd(fd);
+      // not in epoll_wait, so the driver gets the new edge). On the driver
+      // itself the event has done its work (ending epoll_wait; the waiter's
+      // flag decides): signalling again would only wake it again, at once.
+      if (fd == driver_fd_.load(std::memory_order_relaxed) && fd != t_driver_fd) {
+        WakeBatch::Current()->QueueFd(fd);
+      }
       continue;
     }
     std::shared_ptr<FdHandler> h = it->second;  // survives Remove() inside the handler
@@ -247,7 +253,27 @@ void EventLoop::Run() {
       t_in_loop = false;
       run_mu_.Unlock();
       wakes.Flush();
-      if (!pending) Park(until);
+      if (!pending) {
+        Park(until);
+        // While the same driver session lasts it serves everything (events,
+        // tasks, timers): park on without taking the run lock, which would
+        // only make the driver's next round — or an inline send — wait.
+        // (long_park_ is announced before driving_ is read again: a driver
+        // that returns meanwhile sees it and kicks.)
+        for (;;) {
+          park_for = std::min(park_for * 2, absl::Milliseconds(64));
+          long_park_.store(true, std::memory_order_seq_cst);
+          if (stop_.load(std::memory_order_relaxed) || !driving_.load(std::memory_order_seq_cst) ||
+              drive_sessions_.load(std::memory_order_relaxed) != seen_sessions) {
+            break;
+          }
+          {
+            rds::MutexLock lock(&task_mu_);
+            if (!tasks_.empty()) break;
+          }
+          Park(absl::Now() + park_for);
+        }
+      }
       parked_.store(false, std::memory_order_seq_cst);
       long_park_.store(false, std::memory_order_relaxed);
       run_mu_.Lock();
@@ -332,6 +358,9 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
       struct epoll_event wev = {};
       wev.events = EPOLLIN | EPOLLET;
       wev.data.fd = wfd;
+      // (Still readable from a wake-up already consumed, the timerfd is
+      // reported once at once; Dispatch ignores it on this thread.)
+      t_driver_fd = wfd;
       epoll_ctl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
       driver_fd_.store(wfd, std::memory_order_seq_cst);
       registered = true;
@@ -381,6 +410,7 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
   }
   if (registered) {
     driver_fd_.store(-1, std::memory_order_seq_cst);
+    t_driver_fd = -1;
     epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
   }
   on_leave();

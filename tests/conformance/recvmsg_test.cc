@@ -139,6 +139,37 @@ TEST(Recvmsg, RecvmsgBlockingReturnsWhenAMessageArrives) {
   EXPECT_EQ(call.rc(), 4) << ErrnoName(call.err());
 }
 
+// A blocked receiver sleeps: while nothing arrives its thread uses next to no CPU — also in
+// the wait after one that another thread of its process ended (the shim once re-signalled its
+// own stale wake-up there and spun for the whole wait).
+TEST(Recvmsg, RecvmsgBlockedAfterAWakeUpUsesNoCpu) {
+  Pair p = MakePair();
+  ASSERT_TRUE(p.ok());
+  int rfd = p.r.get();
+  AsyncCall call([rfd] {
+    char b[64];
+    if (::recv(rfd, b, sizeof b, 0) != 4) return -2L;
+    // The second wait: nothing comes; it ends at SO_RCVTIMEO.
+    if (!SetTimeoutMs(rfd, SO_RCVTIMEO, 1000)) return -3L;
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
+    long rc = static_cast<long>(::recv(rfd, b, sizeof b, 0));
+    int err = errno;
+    getrusage(RUSAGE_THREAD, &after);
+    auto us = [](const struct rusage& u) {
+      return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000000L + u.ru_utime.tv_usec +
+             u.ru_stime.tv_usec;
+    };
+    if (rc != -1 || err != ETIMEDOUT) return -4L;  // RDS: ETIMEDOUT (RecvmsgTimeoutGivesEtimedout)
+    return us(after) - us(before);  // CPU time of the 1 s wait, µs
+  });
+  LetItBlock();
+  RDS_ASSERT_RC(SendTo(p.s.get(), std::string("wake"), p.to), 4);
+  ASSERT_TRUE(call.WaitFor(kPromptMs + 3000)) << "blocked recv not woken, or the timeout failed";
+  ASSERT_GE(call.rc(), 0) << "step " << -call.rc() << " failed";
+  EXPECT_LT(call.rc(), 100000) << "µs of CPU in a 1 s wait with nothing arriving";
+}
+
 // ---- §A.5: copying a message ---------------------------------------------------------------------
 
 TEST(Recvmsg, RecvmsgPreservesMessageBoundaries) {

@@ -245,7 +245,9 @@ void StreamLink::OnEvents(uint32_t events) {
 
 void StreamLink::OnReadable() {
   auto sink = [this](wire::Header&& h, Payload&& p) {
-    large_stream_ = h.len >= kDirectReadMin;
+    // (Data only: an acknowledgement or notice between large messages
+    // does not end their stream.)
+    if (!wire::HasExtHeaders(h)) large_stream_ = h.len >= kDirectReadMin;
     if (closed_) return;
     if (unix_ && !ReceiveShared(h, p)) return;
     if (cb_.on_message) cb_.on_message(std::move(h), std::move(p));
