@@ -1171,7 +1171,7 @@ int Launch() {
                                  "shim_conn_drop_overload", "shim_conn_connected",
                                  "shim_conn_accepted", "shim_acks_sent",
                                  "shim_shm_payloads_sent", "shim_shm_payloads_received",
-                                 "shim_shm_arena_full"};
+                                 "shim_shm_arena_full", "shim_tcp_payloads_spliced"};
   std::map<std::string, uint64_t> total_counters;
   bool counters_known = true;
   for (size_t h = 0; h < hosts.size(); h++) {

@@ -17,11 +17,17 @@ their receiver has everything. Fault injection reaches every worker through the 
    messages uniform in 0 B ... 1 MiB (about 3/4 of them 64 KiB or more: carried by reference),
    a link reset after every 100 messages a link receives — blocks lent when a link dies must
    never be reused while the receiver may still read them. The arena must really have carried
-   payloads (shim_shm_payloads_received > 0).
+   payloads (shim_shm_payloads_received > 0);
+6. large messages across the namespace hosts (DESIGN.md §9.8): 1 pair x 1,000 messages uniform
+   in 0 B ... 1 MiB, a link reset after every 100 messages — payload pages spliced into TCP
+   sockets that then die must never be written under a reader (a message freed unacknowledged
+   abandons its pages). Splicing must really have happened (shim_tcp_payloads_spliced > 0).
+   (rds-soak's receivers poll a non-blocking socket, so direct receives are not exercised
+   here: unit tests and the netns all-to-all test cover them.)
 Pass, per run: rds-soak exits 0 and says PASS; every pair sent and received exactly its count,
 0 lost, 0 duplicated, 0 reordered, 0 corrupt, equal SHA-256; and the faults really happened:
 fault injections, link resets (conn_reset) on every host and retransmissions were counted.
-Runs 2 and 4 need root (else skipped); with root the total is 173,000 messages.
+Runs 2, 4 and 6 need root (else skipped); with root the total is 174,000 messages.
 
 RDS_IT_SOAK_SCALE multiplies the message counts (e.g. 10 for a long local soak).
 Expected run time on 2 cores: ~15-30 s.
@@ -130,6 +136,16 @@ class Soak(unittest.TestCase):
         itlib.log(f"shared-payloads: {shared} payloads by reference, "
                   f"{sum(int(h.get('shim_shm_arena_full', '0')) for h in out['host'])} "
                   "copied because the arena was full")
+
+    def test_6_large_payloads_two_hosts_resets(self):
+        hosts = self.two_hosts()
+        n = int(1000 * SCALE)
+        out = self.run_soak("large-two-hosts", ["--netns-pairs", 1, "--max-size", 1 << 20,
+                                                "--sizes", "uniform", "--fault-reset-every", 100]
+                            + hosts, n, 1)
+        spliced = sum(int(h.get("shim_tcp_payloads_spliced", "0")) for h in out["host"])
+        self.assertGreater(spliced, 0, "no payload was spliced into a TCP link")
+        itlib.log(f"large-two-hosts: {spliced} payloads spliced")
 
 
 if __name__ == "__main__":
