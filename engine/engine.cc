@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -37,6 +38,12 @@ namespace {
 
 // Received bytes after which a path acknowledges at once (OnPathMessage).
 constexpr uint64_t kStreamAckBytes = 512 * 1024;
+
+// A retransmission of a message delivered before its link broke (kernel
+// rds_recv_incoming drops it).
+bool AlreadyDelivered(const Path& p, const wire::Header& h) {
+  return (h.flags & wire::kFlagRetransmitted) && h.sequence < p.next_rx_seq;
+}
 
 rds::Mutex engine_mu(absl::kConstInit);
 std::atomic<Engine*> engine_ptr{nullptr};
@@ -813,7 +820,7 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     return;
   }
   if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) return;
-  if ((h.flags & wire::kFlagRetransmitted) && h.sequence < p.next_rx_seq) {
+  if (AlreadyDelivered(p, h)) {
     // Already delivered before the link broke (kernel rds_recv_incoming).
     stats::Inc(stats::kRecvDropOldSeq);
     ScheduleAck(p, /*urgent=*/true);
@@ -829,10 +836,10 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   // kStreamAckBytes, as TCP acknowledges the bytes under kernel rds_tcp (its
   // sender frees messages on TCP's acknowledgement): the sender's window of
   // sndbuf bytes keeps moving instead of draining and refilling.
-  bool urgent = (h.flags & wire::kFlagAckRequired) ||
-                p.rx_unacked_packets >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
-                p.rx_unacked_bytes >= static_cast<uint64_t>(cfg.max_unacked_bytes) ||
-                p.rx_unacked_bytes >= kStreamAckBytes;
+  bool urgent =
+      (h.flags & wire::kFlagAckRequired) ||
+      p.rx_unacked_packets >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
+      p.rx_unacked_bytes >= std::min(static_cast<uint64_t>(cfg.max_unacked_bytes), kStreamAckBytes);
   ScheduleAck(p, urgent);
 }
 
@@ -908,7 +915,7 @@ std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Rea
       wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) {
     return std::nullopt;
   }
-  if ((h.flags & wire::kFlagRetransmitted) && h.sequence < p.next_rx_seq) return std::nullopt;
+  if (AlreadyDelivered(p, h)) return std::nullopt;
   std::shared_ptr<RdsSocket> rs = Destination(p, h.dport);
   if (!rs) return std::nullopt;
   rds::MutexLock lock(&rs->mu);

@@ -185,7 +185,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     bool taken = false;         // dequeued (not MSG_PEEK): ours unless this call fails
     bool direct_taken = false;  // read into the caller's buffer, never queued
     bool inq = false;
-    int inq_left = 0;           // UEK RDS_CMSG_INQ: bytes still queued after this message
+    int inq_left = 0;           // UEK RDS_CMSG_INQ: bytes still queued after a taken message
     std::optional<ReceiveCongestionChange> change;
     std::optional<rds_cmsg_rx_trace> trace;
     std::optional<rds_zcopy_cookies> cookies;
@@ -203,6 +203,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         for (int i = 0; i < rs.rx_trace_count; ++i) trace->rx_trace_pos[i] = rs.rx_trace_pos[i];
       }
       if (rs.zerocopy && !rs.zcookies.empty() && !(flags & MSG_PEEK)) cookies = TakeCookies(rs);
+      inq_left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
     };
     {
       rds::MutexLock lock(&rs.mu);
@@ -224,7 +225,6 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       }
       if (!rs.recv_queue.empty()) {
         m = rs.recv_queue.front();
-        snapshot();
         if (!(flags & MSG_PEEK)) {
           // Taken now, in this one lock hold; put back should the copy fail
           // (where the kernel leaves it queued).
@@ -232,9 +232,9 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
           rs.rcv_bytes -= m->payload.size();
           rs.DrainTokensLocked(fd);
           change = ReceiveCongestionChangeLocked(rs);
-          inq_left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
           taken = true;
         }
+        snapshot();
       } else {
         if (rs.nonblocking || (flags & MSG_DONTWAIT)) {
           // rds_recvmsg_zcookie: with room for it, a pending zerocopy
@@ -276,7 +276,6 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         waiter = nullptr;
         taken = direct_taken = true;
         snapshot();
-        inq_left = static_cast<int>(std::min<size_t>(rs.rcv_bytes, INT32_MAX));
       } else {
         if (!slept.ok()) {
           rds::MutexLock lock(&rs.mu);

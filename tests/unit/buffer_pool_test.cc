@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
 #include <set>
 #include <vector>
 
@@ -72,6 +74,31 @@ TEST(BufferPoolTest, PayloadUsesThePool) {
   EXPECT_EQ(q.data(), first);
 }
 
+// A reader that still holds the first page of a buffer, as a socket the
+// buffer was spliced into would (vmsplice into a pipe).
+class SplicedPage {
+ public:
+  explicit SplicedPage(uint8_t* buffer) {
+    EXPECT_EQ(pipe(fds_), 0);
+    struct iovec iov = {buffer, kPage};
+    EXPECT_EQ(vmsplice(fds_[1], &iov, 1, 0), static_cast<ssize_t>(kPage));
+  }
+  ~SplicedPage() {
+    close(fds_[0]);
+    close(fds_[1]);
+  }
+  // The page's bytes as the reader sees them now.
+  std::string Read() {
+    std::string seen(kPage, '\0');
+    EXPECT_EQ(read(fds_[0], seen.data(), kPage), static_cast<ssize_t>(kPage));
+    return seen;
+  }
+
+ private:
+  static constexpr size_t kPage = 4096;
+  int fds_[2] = {-1, -1};
+};
+
 // The pages of an abandoned buffer may still be read by the kernel (spliced
 // into a socket): the buffer handed out again must not be those pages.
 TEST(BufferPoolTest, AnAbandonedBufferGetsFreshPagesBeforeReuse) {
@@ -80,23 +107,16 @@ TEST(BufferPoolTest, AnAbandonedBufferGetsFreshPagesBeforeReuse) {
   uint8_t* a = buffer_pool::Allocate(kSize);
   ASSERT_EQ(reinterpret_cast<uintptr_t>(a) % 4096, 0u) << "whole pages";
   std::memset(a, 'o', kSize);
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  // A reader that still holds the first page, as a socket would.
-  struct iovec iov = {a, 4096};
-  ASSERT_EQ(vmsplice(pipe_fds[1], &iov, 1, 0), 4096);
+  SplicedPage reader(a);
   buffer_pool::ReleaseAbandoned(a, kSize);
   uint8_t* b = buffer_pool::Allocate(kSize);
   EXPECT_EQ(a, b) << "the pool keeps the (remapped) buffer";
   EXPECT_EQ(b[0], 0) << "fresh zero pages";
   std::memset(b, 'n', kSize);  // the next message's bytes
-  char seen[4096];
-  ASSERT_EQ(read(pipe_fds[0], seen, sizeof(seen)), 4096);
-  EXPECT_EQ(seen[0], 'o');
-  EXPECT_EQ(seen[4095], 'o');
+  const std::string seen = reader.Read();
+  EXPECT_EQ(seen.front(), 'o');
+  EXPECT_EQ(seen.back(), 'o');
   buffer_pool::Release(b, kSize);
-  close(pipe_fds[0]);
-  close(pipe_fds[1]);
 }
 
 // Without abandoning, the same test shows what it prevents: the reader sees
@@ -105,46 +125,33 @@ TEST(BufferPoolTest, AReleasedBufferIsReusedAsItIs) {
   constexpr size_t kSize = 256 << 10;
   uint8_t* a = buffer_pool::Allocate(kSize);
   std::memset(a, 'o', kSize);
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  struct iovec iov = {a, 4096};
-  ASSERT_EQ(vmsplice(pipe_fds[1], &iov, 1, 0), 4096);
+  SplicedPage reader(a);
   buffer_pool::Release(a, kSize);
   uint8_t* b = buffer_pool::Allocate(kSize);
   ASSERT_EQ(a, b);
   std::memset(b, 'n', kSize);
-  char seen[4096];
-  ASSERT_EQ(read(pipe_fds[0], seen, sizeof(seen)), 4096);
-  EXPECT_EQ(seen[0], 'n');
+  EXPECT_EQ(reader.Read().front(), 'n');
   buffer_pool::Release(b, kSize);
-  close(pipe_fds[0]);
-  close(pipe_fds[1]);
 }
 
 TEST(BufferPoolTest, AMessageFreedWhileSplicedAbandonsItsPayload) {
   constexpr size_t kSize = 128 << 10;
   uint8_t* data;
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
+  std::optional<SplicedPage> reader;
   {
     MessagePtr m = NewMessage();
     m->payload = Payload(kSize);
     data = m->payload.data();
     std::memset(data, 'o', kSize);
-    struct iovec iov = {data, 4096};
-    ASSERT_EQ(vmsplice(pipe_fds[1], &iov, 1, 0), 4096);
+    reader.emplace(data);
     m->spliced.store(true);  // never acknowledged
   }
   uint8_t* b = buffer_pool::Allocate(kSize);
   ASSERT_EQ(b, data);
   EXPECT_EQ(b[0], 0);
   std::memset(b, 'n', kSize);
-  char seen[4096];
-  ASSERT_EQ(read(pipe_fds[0], seen, sizeof(seen)), 4096);
-  EXPECT_EQ(seen[0], 'o');
+  EXPECT_EQ(reader->Read().front(), 'o');
   buffer_pool::Release(b, kSize);
-  close(pipe_fds[0]);
-  close(pipe_fds[1]);
 }
 
 }  // namespace

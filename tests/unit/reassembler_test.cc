@@ -74,6 +74,13 @@ class Lender : public PayloadOwner {
   int released = 0;
 };
 
+// Storage that lends `buffer` for every payload.
+Reassembler::Storage LendAll(std::vector<uint8_t>& buffer, std::shared_ptr<Lender> lender) {
+  return [&buffer, lender](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
+    return Payload::Borrowed(buffer.data(), h.len, lender);
+  };
+}
+
 TEST(ReassemblerTest, LentStorageIsFilledInPlace) {
   auto lender = std::make_shared<Lender>();
   std::vector<uint8_t> buffer(300000, 0);
@@ -122,11 +129,7 @@ TEST(ReassemblerTest, LentStorageIsATargetToItsLastByte) {
   auto lender = std::make_shared<Lender>();
   std::vector<uint8_t> buffer(100000, 0);
   Reassembler r;
-  r.SetPayloadStorage(
-      [&](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
-        return Payload::Borrowed(buffer.data(), h.len, lender);
-      },
-      1024);
+  r.SetPayloadStorage(LendAll(buffer, lender), 1024);
   std::vector<uint8_t> stream = Frame(9, std::string(100000, 'q'));
   auto sink = [&](wire::Header&&, Payload&&) {};
   ASSERT_TRUE(r.Feed({stream.data(), stream.size() - 10}, sink).ok());
@@ -141,11 +144,7 @@ TEST(ReassemblerTest, LentStorageIsTakenBackMidPayload) {
   auto lender = std::make_shared<Lender>();
   std::vector<uint8_t> buffer(100000, 0);
   Reassembler r;
-  r.SetPayloadStorage(
-      [&](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
-        return Payload::Borrowed(buffer.data(), h.len, lender);
-      },
-      1024);
+  r.SetPayloadStorage(LendAll(buffer, lender), 1024);
   std::string body(100000, 'a');
   for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 26);
   std::vector<uint8_t> stream = Frame(9, body);
