@@ -71,7 +71,7 @@ bool LinkAllowedFrom(uid_t uid) {
 }
 
 bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEndpoint>& dest) {
-  if (m->sender.get() != rs) return false;
+  if (m->sender != rs) return false;
   if (!dest) return true;
   return m->daddr.bytes == dest->addr.bytes && m->header.dport == dest->port;
 }
@@ -156,7 +156,8 @@ std::shared_ptr<NetNs> Engine::ServedNetNs(const NetNsKey& key) {
 // ---------------------------------------------------------------------------
 // Sending.
 
-void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
+void Engine::Submit(MessagePtr m) {
+  const std::shared_ptr<NetNs>& ns = m->sender->ns;  // the caller keeps it alive
   // Fast path: the engine is idle and the destination's route and link are
   // established, so this thread transmits (or delivers in-process) itself and
   // the engine thread is not woken (DESIGN.md §9). Not for a stream: a send
@@ -187,7 +188,7 @@ void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
     {
       rds::MutexLock lock(&submit_mu_);
       was_empty = submitted_.empty();
-      submitted_.push_back({std::move(m), std::move(ns)});
+      submitted_.push_back(std::move(m));
       submit_pending_.store(true, std::memory_order_relaxed);
     }
     if (was_empty) loop_.Post([this] { RouteSubmitted(); });
@@ -198,7 +199,7 @@ void Engine::Submit(MessagePtr m, std::shared_ptr<NetNs> ns) {
 
 void Engine::RouteSubmitted() {
   // The two vectors trade places so that neither is reallocated in a stream.
-  std::vector<Submitted> batch;
+  std::vector<MessagePtr> batch;
   batch.swap(submitted_spare_);
   {
     rds::MutexLock lock(&submit_mu_);
@@ -219,17 +220,22 @@ void Engine::RouteSubmitted() {
     uint16_t dport;
     std::optional<uint32_t> port_gen;
   } last;
-  for (Submitted& s : batch) {
-    const Message& m = *s.m;
-    if (last_path != nullptr && last_path->link && s.ns.get() == last.ns &&
+  for (MessagePtr& mp : batch) {
+    const Message& m = *mp;
+    // Nothing releases a submitted message before it is routed here: its
+    // sender, and the sender's namespace, are alive.
+    const NetNs* ns = m.sender->ns.get();
+    if (last_path != nullptr && last_path->link && ns == last.ns &&
         m.header.dport == last.dport && m.port_gen == last.port_gen && m.daddr == last.daddr &&
         m.saddr == last.saddr) {
-      PathSend(*last_path, std::move(s.m));
+      PathSend(*last_path, std::move(mp));
       continue;
     }
-    last = {s.ns.get(), m.saddr, m.daddr, m.header.dport, m.port_gen};
+    last = {ns, m.saddr, m.daddr, m.header.dport, m.port_gen};
     last_path = nullptr;
-    RouteAndQueue(s.ns, s.m, /*may_set_up=*/true, &last_path);
+    // A copy: routing may release the message, and with it the sender.
+    std::shared_ptr<NetNs> owned_ns = m.sender->ns;
+    RouteAndQueue(owned_ns, mp, /*may_set_up=*/true, &last_path);
   }
   batch.clear();
   submitted_spare_.swap(batch);
@@ -426,7 +432,12 @@ void Engine::SendControl(Path& p, MessagePtr m) {
 
 void Engine::OnAck(Path& p, uint64_t ack) {
   SendSpaceRelease release;  // one lock per socket, not per message
+  // Acknowledged messages were last touched long ago (a send buffer of
+  // small ones is larger than the cache): each is fetched a few ahead of
+  // its turn (DESIGN.md §9.9).
+  constexpr size_t kPrefetchAhead = 4;
   while (!p.unacked.empty() && p.unacked.front()->header.sequence <= ack) {
+    if (p.unacked.size() > kPrefetchAhead) PrefetchMessage(*p.unacked[kPrefetchAhead]);
     // The peer has read it: its pages may be written again.
     p.unacked.front()->spliced.store(false, std::memory_order_relaxed);
     release.Add(*p.unacked.front());

@@ -76,8 +76,9 @@ class Engine {
   // the namespace's TCP rendezvous listener. Synchronous.
   absl::Status Serve(const std::shared_ptr<NetNs>& ns);
 
-  // Routes and transmits a message admitted by sendmsg.
-  void Submit(MessagePtr m, std::shared_ptr<NetNs> ns);
+  // Routes and transmits a message admitted by sendmsg: `m->sender` is set
+  // and its socket (whose namespace is routed in) outlives the call.
+  void Submit(MessagePtr m);
 
   // Waits for `waiter` as Waiter::Sleep does (same results), running the
   // event loop on this thread meanwhile when it can (EventLoop::Drive): the
@@ -192,13 +193,11 @@ class Engine {
   std::atomic<bool> submit_pending_{false};  // a hint: !submitted_.empty()
   // Messages Submit handed to the engine thread (not sent inline), routed by
   // RouteSubmitted; a task for that is pending exactly while it is non-empty.
-  struct Submitted {
-    MessagePtr m;
-    std::shared_ptr<NetNs> ns;
-  };
+  // Messages queued by Submit, each still counted by its sender (whose
+  // namespace it is routed in), which keeps the sender alive meanwhile.
   rds::Mutex submit_mu_;
-  std::vector<Submitted> submitted_ ABSL_GUARDED_BY(submit_mu_);
-  std::vector<Submitted> submitted_spare_;  // run lock: RouteSubmitted's spare buffer
+  std::vector<MessagePtr> submitted_ ABSL_GUARDED_BY(submit_mu_);
+  std::vector<MessagePtr> submitted_spare_;  // run lock: RouteSubmitted's spare buffer
 
   rds::Mutex serve_mu_;
   int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;

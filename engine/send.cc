@@ -62,6 +62,8 @@ class ControlMessages {
     return absl::OkStatus();
   }
 
+  bool empty() const { return msg_.msg_controllen == 0; }
+
   // Calls fn(cmsg) for each SOL_RDS control message; stops at the first error.
   template <typename F>
   absl::Status ForEachRds(F&& fn) {
@@ -286,8 +288,9 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   auto give_back = [&] {
     if (!admitted) return;
     admitted = false;
+    std::shared_ptr<RdsSocket> pin;  // dropped after the lock
     rds::MutexLock lock(&rs.mu);
-    rs.snd_bytes = rs.snd_bytes >= len ? rs.snd_bytes - len : 0;
+    pin = rs.ReleaseLocked(len, 1);
     rs.has_sent = had_sent;
     rs.WakeWaitersLocked();  // a sender may have found the buffer full because of us
   };
@@ -318,22 +321,28 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     zcopy = (flags & MSG_ZEROCOPY) && rs.zerocopy;
     transport = rs.transport;
     if (len <= sndbuf && rs.snd_bytes < sndbuf) {
-      rs.snd_bytes += len;
       had_sent = rs.has_sent;
-      rs.has_sent = true;
+      rs.AdmitLocked(len);
       admitted = true;
       half_full = rs.snd_bytes * 2 >= sndbuf;
     }
   }
   ControlMessages cm;
   if (absl::Status s = cm.Load(msg); !s.ok()) return s;
-  absl::StatusOr<uint64_t> rdma_bytes = RdmaBytes(cm);
-  if (!rdma_bytes.ok()) return rdma_bytes.status();
-  if (std::max<uint64_t>(len, *rdma_bytes) > wire::kMaxMessageSize) return RdsError(EMSGSIZE);
+  // (Most sends carry no control messages: their walks are skipped.)
+  uint64_t rdma_bytes = 0;
+  if (!cm.empty()) {
+    absl::StatusOr<uint64_t> bytes = RdmaBytes(cm);
+    if (!bytes.ok()) return bytes.status();
+    rdma_bytes = *bytes;
+  }
+  if (std::max<uint64_t>(len, rdma_bytes) > wire::kMaxMessageSize) return RdsError(EMSGSIZE);
   if (len > sndbuf) return RdsError(EMSGSIZE);
   if (zcopy && transport != kTransTcp) return RdsError(EOPNOTSUPP);
-  bool has_cookie;
-  if (absl::Status s = CheckControlShape(cm, flags, &has_cookie); !s.ok()) return s;
+  bool has_cookie = false;
+  if (!cm.empty() || (flags & MSG_ZEROCOPY)) {
+    if (absl::Status s = CheckControlShape(cm, flags, &has_cookie); !s.ok()) return s;
+  }
 
   // A same-host destination (another engine on this host, or this one) can
   // take a large payload by reference from the shared arena.
@@ -345,9 +354,11 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     return s;
   }
   stats::Add(stats::kCopyFromUser, len);
-  absl::StatusOr<std::optional<uint32_t>> cookie = ApplyControl(cm, zcopy);
-  if (!cookie.ok()) return cookie.status();
-  m->zcopy_cookie = *cookie;
+  if (!cm.empty()) {
+    absl::StatusOr<std::optional<uint32_t>> cookie = ApplyControl(cm, zcopy);
+    if (!cookie.ok()) return cookie.status();
+    m->zcopy_cookie = *cookie;
+  }
   m->header.len = static_cast<uint32_t>(len);
   m->header.sport = source.port;
   m->header.dport = dest.port;
@@ -377,8 +388,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     if (waiter) rs.RemoveWaiterLocked(waiter);
     if (rs.released) return RdsError(EBADF);
     if (rs.snd_bytes < static_cast<size_t>(rs.RdsSndbuf())) {
-      rs.snd_bytes += len;
-      rs.has_sent = true;
+      rs.AdmitLocked(len);
       admitted = true;
       half_full = rs.snd_bytes * 2 >= static_cast<size_t>(rs.RdsSndbuf());
       break;
@@ -394,8 +404,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
       rs.RemoveWaiterLocked(waiter);
       // Space may have appeared just as the timer fired: take it.
       if (!rs.released && rs.snd_bytes < static_cast<size_t>(rs.RdsSndbuf())) {
-        rs.snd_bytes += len;
-        rs.has_sent = true;
+        rs.AdmitLocked(len);
         admitted = true;
         half_full = true;
         break;
@@ -404,10 +413,10 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     }
   }
   std::move(give_back_on_failure).Cancel();
-  m->sender = rs.shared_from_this();
+  m->sender = &rs;  // kept alive by rs.in_flight_pin until released
   m->ack_soon = half_full;
   stats::Inc(stats::kSendQueued);
-  Engine::Get().Submit(std::move(m), rs.ns);
+  Engine::Get().Submit(std::move(m));
   return len;
 }
 
@@ -420,20 +429,21 @@ void SendSpaceRelease::Add(Message& m) {
   if (!m.sender) return;
   if (m.sender != socket_) {
     Flush();
-    socket_ = std::move(m.sender);
-  } else {
-    m.sender.reset();
+    socket_ = m.sender;
   }
+  m.sender = nullptr;
   bytes_ += m.payload.size();
+  ++msgs_;
   if (m.zcopy_cookie) cookies_.push_back(*m.zcopy_cookie);
 }
 
 void SendSpaceRelease::Flush() {
   if (!socket_) return;
   RdsSocket& rs = *socket_;
+  std::shared_ptr<RdsSocket> pin;  // may be the last reference: dropped last
   {
     rds::MutexLock lock(&rs.mu);
-    rs.snd_bytes = rs.snd_bytes >= bytes_ ? rs.snd_bytes - bytes_ : 0;
+    pin = rs.ReleaseLocked(bytes_, msgs_);
     if (!cookies_.empty() && !rs.released) {
       // The messages are done with the application's buffers: their zerocopy
       // completions are reported (rds_rm_zerocopy_callback).
@@ -443,8 +453,9 @@ void SendSpaceRelease::Flush() {
       rs.WakeWaitersLocked();
     }
   }
-  socket_.reset();
+  socket_ = nullptr;
   bytes_ = 0;
+  msgs_ = 0;
   cookies_.clear();
 }
 

@@ -43,8 +43,9 @@ class SendSpaceRelease {
   void Flush();
 
  private:
-  std::shared_ptr<RdsSocket> socket_;
+  RdsSocket* socket_ = nullptr;
   size_t bytes_ = 0;
+  size_t msgs_ = 0;
   absl::InlinedVector<uint32_t, 4> cookies_;  // MSG_ZEROCOPY completions, in order
 };
 

@@ -17,6 +17,7 @@
 #include "engine/cong.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/log.h"
 #include "engine/readiness.h"
 #include "engine/registry.h"
 #include "engine/stats.h"
@@ -69,6 +70,23 @@ void ResetSocketListAfterFork() { socket_list = new SocketList(); }
 
 RdsSocket::RdsSocket(uint64_t id, std::shared_ptr<NetNs> ns, bool nonblocking)
     : id(id), ns(std::move(ns)), nonblocking(nonblocking) {}
+
+void RdsSocket::AdmitLocked(size_t len) {
+  snd_bytes += len;
+  has_sent = true;
+  if (snd_msgs++ == 0) in_flight_pin = shared_from_this();
+}
+
+std::shared_ptr<RdsSocket> RdsSocket::ReleaseLocked(size_t bytes, size_t msgs) {
+  snd_bytes = snd_bytes >= bytes ? snd_bytes - bytes : 0;
+  if (msgs > snd_msgs) {
+    log::Error("send buffer accounting: %u messages released, %u admitted", msgs, snd_msgs);
+    msgs = snd_msgs;
+  }
+  snd_msgs -= msgs;
+  if (snd_msgs != 0) return nullptr;
+  return std::move(in_flight_pin);
+}
 
 void RdsSocket::WakeWaitersLocked() {
   for (Waiter* w : waiters) w->Wake();

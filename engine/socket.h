@@ -90,11 +90,24 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   std::deque<uint32_t> zcookies ABSL_GUARDED_BY(mu);  // zerocopy completions to report
   size_t rcv_bytes ABSL_GUARDED_BY(mu) = 0;
   size_t snd_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Messages admitted and not yet released (engine/send.h). While there are
+  // any, `in_flight_pin` keeps this socket alive for them: a message names
+  // its sender by a plain pointer, not a reference count of its own (two
+  // atomic operations per message on the 64 B stream, DESIGN.md §9.9).
+  size_t snd_msgs ABSL_GUARDED_BY(mu) = 0;
+  std::shared_ptr<RdsSocket> in_flight_pin ABSL_GUARDED_BY(mu);
 
   std::vector<Waiter*> waiters ABSL_GUARDED_BY(mu);
   bool epoll_watched ABSL_GUARDED_BY(mu) = false;
   int token_sender ABSL_GUARDED_BY(mu) = -1;  // internal fd, while epoll-watched
   int tokens ABSL_GUARDED_BY(mu) = 0;  // readiness tokens queued on the fd
+
+  // Counts a message of `len` bytes against the send buffer (admission).
+  void AdmitLocked(size_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Gives back `msgs` messages of `bytes` bytes in all. Returns the pin when
+  // they were the last: the caller drops it after unlocking `mu`.
+  [[nodiscard]] std::shared_ptr<RdsSocket> ReleaseLocked(size_t bytes, size_t msgs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   int RdsSndbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_sndbuf / 2; }
   int RdsRcvbuf() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sk_rcvbuf / 2; }
