@@ -224,10 +224,12 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         return 0;
       }
       if (!rs.recv_queue.empty()) {
-        m = rs.recv_queue.front();
-        if (!(flags & MSG_PEEK)) {
+        if (flags & MSG_PEEK) {
+          m = rs.recv_queue.front();
+        } else {
           // Taken now, in this one lock hold; put back should the copy fail
           // (where the kernel leaves it queued).
+          m = std::move(rs.recv_queue.front());
           rs.recv_queue.pop_front();
           rs.rcv_bytes -= m->payload.size();
           rs.DrainTokensLocked(fd);

@@ -2,6 +2,7 @@
 #include "preload/fd_table.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +33,23 @@ struct Chunk {
 std::atomic<Chunk*> chunks[kChunks];
 std::atomic<bool> any_rds{false};
 rds::Mutex write_mu(absl::kConstInit);
+// Changes with every write to the table: a thread's cached entry is current
+// while the generation it was read under is.
+std::atomic<uint64_t> table_gen{1};
+
+// The entry this thread's last call used (CallEntry). Trivially
+// destructible: the reference is dropped by a pthread key destructor when
+// the thread exits (a thread_local destructor could run after the
+// library's other state is gone at process exit).
+struct CallCache {
+  int fd;
+  uint64_t gen;
+  int depth;  // wrapped calls in progress on this thread (signal handlers nest)
+  std::shared_ptr<const FdEntry>* held;
+};
+constinit thread_local CallCache t_call{-1, 0, 0, nullptr};
+pthread_key_t call_key;
+pthread_once_t call_key_once = PTHREAD_ONCE_INIT;
 
 Slot* SlotFor(int fd, bool create) {
   if (fd < 0 || fd >= kChunks * kChunkSize) return nullptr;
@@ -52,6 +70,7 @@ void Store(int fd, std::shared_ptr<const FdEntry> e) {
   any_rds.store(true, std::memory_order_release);
   s->entry.store(std::move(e));
   s->present.store(true, std::memory_order_release);
+  table_gen.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace
@@ -93,13 +112,63 @@ std::shared_ptr<const FdEntry> Unpublish(int fd) {
   Slot* s = SlotFor(fd, false);
   if (s == nullptr || !s->present.load()) return nullptr;
   s->present.store(false, std::memory_order_release);
-  return s->entry.exchange(nullptr);
+  std::shared_ptr<const FdEntry> e = s->entry.exchange(nullptr);
+  table_gen.fetch_add(1, std::memory_order_release);
+  return e;
+}
+
+CallEntry LookupForCall(int fd) {
+  CallEntry out;
+  if (!MaybeRds(fd)) return out;
+  CallCache& c = t_call;
+  // Counted before the cache is touched, so that a signal handler's call
+  // in the middle of this one leaves the cache alone.
+  ++c.depth;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (c.depth == 1) {
+    const uint64_t gen = table_gen.load(std::memory_order_acquire);
+    if (c.held == nullptr || c.fd != fd || c.gen != gen) {
+      if (c.held == nullptr) {
+        pthread_once(&call_key_once, [] {
+          pthread_key_create(&call_key, [](void* held) {
+            delete static_cast<std::shared_ptr<const FdEntry>*>(held);
+            t_call.held = nullptr;
+          });
+        });
+        c.held = new std::shared_ptr<const FdEntry>();
+        pthread_setspecific(call_key, c.held);
+      }
+      // Read after the generation: a write between the two makes the next
+      // call read again.
+      *c.held = Lookup(fd);
+      const bool cacheable = *c.held && (*c.held)->state != FdEntry::State::kPending;
+      c.fd = cacheable ? fd : -1;
+      c.gen = gen;
+    }
+    out.entry_ = c.held->get();
+    out.borrowed_ = out.entry_ != nullptr;
+  } else {
+    out.owned_ = Lookup(fd);
+    out.entry_ = out.owned_.get();
+  }
+  if (!out.borrowed_) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    --c.depth;
+  }
+  return out;
+}
+
+CallEntry::~CallEntry() {
+  if (!borrowed_) return;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  --t_call.depth;
 }
 
 void LockTableForFork() { write_mu.Lock(); }
 void UnlockTableAfterFork() { write_mu.Unlock(); }
 
 void OrphanAllAfterFork() {
+  table_gen.fetch_add(1, std::memory_order_release);
   auto orphan = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOrphaned, nullptr});
   for (auto& c : chunks) {
     Chunk* chunk = c.load();

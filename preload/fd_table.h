@@ -30,6 +30,34 @@ struct FdEntry {
 // The entry for `fd`, or null if it is not an RDS fd. Pending entries are
 // adopted (or orphaned) here, on first use.
 std::shared_ptr<const FdEntry> Lookup(int fd);
+// The entry for `fd` for the length of one wrapped call, without a
+// reference count of its own (four atomic operations per call on the 64 B
+// stream, DESIGN.md §9.9): each thread keeps a reference to the entry its
+// last call used, checked against the table's generation. A call made while
+// another is in progress on the same thread (a signal handler) takes a
+// reference of its own. Not to be kept beyond the call.
+class CallEntry {
+ public:
+  CallEntry() = default;
+  CallEntry(CallEntry&& other) noexcept
+      : entry_(other.entry_), borrowed_(other.borrowed_), owned_(std::move(other.owned_)) {
+    other.entry_ = nullptr;
+    other.borrowed_ = false;
+  }
+  CallEntry& operator=(CallEntry&&) = delete;
+  ~CallEntry();
+  explicit operator bool() const { return entry_ != nullptr; }
+  const FdEntry& operator*() const { return *entry_; }
+  const FdEntry* operator->() const { return entry_; }
+
+ private:
+  friend CallEntry LookupForCall(int fd);
+  const FdEntry* entry_ = nullptr;
+  bool borrowed_ = false;                  // the thread's cached reference
+  std::shared_ptr<const FdEntry> owned_;  // otherwise a reference of its own
+};
+CallEntry LookupForCall(int fd);
+
 // True once this process has had any RDS fd.
 bool AnyRds();
 // Fast check without adoption.

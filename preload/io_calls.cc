@@ -22,7 +22,7 @@
 using rds::RdsSocket;
 using rds::preload::Fail;
 using rds::preload::FdEntry;
-using rds::preload::Lookup;
+using rds::preload::LookupForCall;
 using rds::preload::Run;
 
 extern "C" void __chk_fail(void) __attribute__((noreturn));
@@ -128,7 +128,7 @@ void ReleaseOutgoingRdsFds(const msghdr* umsg) {
     for (size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      auto e = Lookup(fd);
+      auto e = rds::preload::Lookup(fd);
       if (!e || e->state != FdEntry::State::kOwned) continue;
       bool unbound;
       {
@@ -165,19 +165,19 @@ void NoteIncomingRdsFds(const msghdr* msg) {
 extern "C" {
 
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::send(fd, buf, n, flags);
   return SendTo(__func__, *e, buf, n, flags, nullptr, 0);
 }
 
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t len) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::sendto(fd, buf, n, flags, to, len);
   return SendTo(__func__, *e, buf, n, flags, to, len);
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) {
     ReleaseOutgoingRdsFds(msg);
     return rds::real::sendmsg(fd, msg, flags);
@@ -186,7 +186,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 }
 
 int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) {
     for (unsigned int i = 0; i < n; ++i) ReleaseOutgoingRdsFds(&vec[i].msg_hdr);
     return rds::real::sendmmsg(fd, vec, n, flags);
@@ -204,13 +204,13 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
 // MSG_EOR; rds_sendmsg rejects that flag, so write and writev always fail
 // with EOPNOTSUPP on an RDS socket.
 ssize_t write(int fd, const void* buf, size_t n) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::write(fd, buf, n);
   return SendTo(__func__, *e, buf, n, MSG_EOR, nullptr, 0);
 }
 
 ssize_t writev(int fd, const iovec* iov, int n) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::writev(fd, iov, n);
   if (n < 0) return Fail<ssize_t>(EINVAL);
   msghdr msg = {};
@@ -220,19 +220,19 @@ ssize_t writev(int fd, const iovec* iov, int n) {
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::recv(fd, buf, n, flags);
   return RecvFrom(__func__, fd, *e, buf, n, flags, nullptr, nullptr);
 }
 
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* len) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::recvfrom(fd, buf, n, flags, from, len);
   return RecvFrom(__func__, fd, *e, buf, n, flags, from, len);
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) {
     ssize_t r = rds::real::recvmsg(fd, msg, flags);
     if (r >= 0) NoteIncomingRdsFds(msg);
@@ -242,7 +242,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 }
 
 int recvmmsg(int fd, mmsghdr* vec, unsigned int n, int flags, struct timespec* timeout) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) {
     int r = rds::real::recvmmsg(fd, vec, n, flags, timeout);
     for (int i = 0; i < r; ++i) NoteIncomingRdsFds(&vec[i].msg_hdr);
@@ -268,19 +268,19 @@ int recvmmsg(int fd, mmsghdr* vec, unsigned int n, int flags, struct timespec* t
 }
 
 ssize_t read(int fd, void* buf, size_t n) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::read(fd, buf, n);
   return RecvFrom(__func__, fd, *e, buf, n, 0, nullptr, nullptr);
 }
 
 ssize_t readv(int fd, const iovec* iov, int n) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::readv(fd, iov, n);
   return ReadV(__func__, fd, *e, iov, n);
 }
 
 ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::recv_chk(fd, buf, n, buflen, flags);
   if (n > buflen) __chk_fail();
   return RecvFrom(__func__, fd, *e, buf, n, flags, nullptr, nullptr);
@@ -288,14 +288,14 @@ ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buflen, int flags) {
 
 ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buflen, int flags, sockaddr* from,
                        socklen_t* len) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::recvfrom_chk(fd, buf, n, buflen, flags, from, len);
   if (n > buflen) __chk_fail();
   return RecvFrom(__func__, fd, *e, buf, n, flags, from, len);
 }
 
 ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
-  auto e = Lookup(fd);
+  auto e = LookupForCall(fd);
   if (!e) return rds::real::read_chk(fd, buf, n, buflen);
   if (n > buflen) __chk_fail();
   return RecvFrom(__func__, fd, *e, buf, n, 0, nullptr, nullptr);

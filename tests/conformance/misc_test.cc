@@ -367,6 +367,87 @@ TEST(Misc, Dup3WithOCloexecKeepsTheSocketWorking) {
   EXPECT_EQ(RecvWithin(d.get()).data, "d3");
 }
 
+// ---- descriptor numbers reused; calls nested in a signal handler ------------------------------------
+// (The shim remembers each thread's last RDS descriptor between calls, DESIGN.md §9.9: a number
+// that now names another socket, or no RDS socket, must never reach the old one.)
+
+TEST(Misc, ADescriptorNumberReusedByAnotherRdsSocketReachesTheNewOne) {
+  Fd peer = Bound4();
+  ASSERT_TRUE(peer.ok());
+  Fd a = Bound4();
+  ASSERT_TRUE(a.ok());
+  const int number = a.get();
+  const sockaddr_in to = Name4(peer.get());
+  // No other RDS call between the two sends on this thread.
+  RDS_ASSERT_RC(SendTo(a.get(), std::string("from-a"), to), 6);
+  a.reset();
+  Fd b = Bound4();
+  ASSERT_TRUE(b.ok());
+  if (b.get() != number) GTEST_SKIP() << "the descriptor number was not reused";
+  RDS_ASSERT_RC(SendTo(b.get(), std::string("from-b"), to), 6);
+  EXPECT_EQ(RecvWithin(peer.get()).data, "from-a");
+  Received r = RecvWithin(peer.get());
+  EXPECT_EQ(r.data, "from-b");
+  EXPECT_EQ(r.from_port(), LocalPort(b.get())) << "sent through the closed socket";
+}
+
+TEST(Misc, ADescriptorNumberReusedByAUdpSocketIsNotRds) {
+  Fd peer = Bound4();
+  ASSERT_TRUE(peer.ok());
+  Fd a = Bound4();
+  ASSERT_TRUE(a.ok());
+  const int number = a.get();
+  RDS_ASSERT_RC(SendTo(a.get(), std::string("x"), Name4(peer.get())), 1);
+  a.reset();
+  Fd udp(::socket(AF_INET, SOCK_DGRAM, 0));
+  ASSERT_TRUE(udp.ok());
+  if (udp.get() != number) GTEST_SKIP() << "the descriptor number was not reused";
+  // An unconnected UDP socket: the kernel's answer, not RDS's ENOTCONN.
+  RDS_EXPECT_ERRNO(::send(udp.get(), "x", 1, 0), EDESTADDRREQ);
+}
+
+int g_handler_fd = -1;
+sockaddr_in g_handler_to{};
+std::atomic<long> g_handler_rc{0};
+
+void SendFromHandler(int) {
+  g_handler_rc.store(::sendto(g_handler_fd, "sig", 3, 0, SA(&g_handler_to), sizeof g_handler_to));
+}
+
+// A signal handler that sends on another RDS socket while this thread is blocked in recv on the
+// first: both calls reach their own sockets.
+TEST(Misc, ASendFromASignalHandlerDuringABlockedRecvUsesItsOwnSocket) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
+  Pair p = MakePair();
+  Fd other = Bound4();
+  Fd watcher = Bound4();
+  ASSERT_TRUE(p.ok() && other.ok() && watcher.ok());
+  g_handler_fd = other.get();
+  g_handler_to = Name4(watcher.get());
+  g_handler_rc.store(0);
+  struct sigaction sa {}, old {};
+  sa.sa_handler = &SendFromHandler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  int rfd = p.r.get();
+  AsyncCall call([rfd] {
+    char b[64];
+    return static_cast<long>(::recv(rfd, b, sizeof b, 0));
+  });
+  LetItBlock();
+  pthread_kill(call.handle(), SIGUSR1);
+  Received r = RecvWithin(watcher.get());
+  EXPECT_EQ(r.data, "sig");
+  EXPECT_EQ(r.from_port(), LocalPort(other.get())) << "the handler's send used the wrong socket";
+  EXPECT_EQ(g_handler_rc.load(), 3);
+  EXPECT_FALSE(call.done()) << "recv returned " << call.rc() << " / " << ErrnoName(call.err());
+  RDS_ASSERT_RC(SendTo(p.s.get(), std::string("later"), p.to), 5);
+  ASSERT_TRUE(call.WaitFor(kPromptMs));
+  EXPECT_EQ(call.rc(), 5) << ErrnoName(call.err());
+  sigaction(SIGUSR1, &old, nullptr);
+}
+
 // ---- close (§A.10) ---------------------------------------------------------------------------------------
 
 TEST(Misc, CloseReturnsZeroAndTheDescriptorIsGone) {
