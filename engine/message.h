@@ -26,10 +26,6 @@
 namespace rds {
 
 class RdsSocket;
-struct Message;
-
-// Gives a message's send-buffer space back to its sender (engine/send.h).
-void ReleaseSendSpace(Message& m);
 
 // Monotonic nanoseconds (the clock of the RX latency trace points).
 int64_t MonotonicNs();
@@ -103,7 +99,6 @@ struct Message {
   Message& operator=(const Message&) = delete;
   ~Message() {
     if (spliced.load(std::memory_order_relaxed)) payload.Abandon();
-    if (sender != nullptr) ReleaseSendSpace(*this);
   }
 
   wire::Header header;  // sport, dport, len, flags, exthdr; sequence set by the path
@@ -111,10 +106,9 @@ struct Message {
   RdsAddr saddr;        // source address (the sending socket's bound address)
   RdsAddr daddr;        // destination address
   // Sending side: the socket whose send buffer this message occupies (null for
-  // engine-generated messages), until ReleaseSendSpace when the message
-  // leaves the queues. The socket lives while it counts the message
-  // (RdsSocket::in_flight_pin); a message dropped unreleased is released by
-  // its destructor.
+  // engine-generated messages), until ReleaseSendSpace (engine/send.h), which
+  // every path that drops an admitted message calls exactly once. The socket
+  // lives while it counts the message (RdsSocket::in_flight_pin).
   RdsSocket* sender = nullptr;
   // The sender's send buffer was half full when it was admitted: the path
   // asks the peer to acknowledge it at once (ACK_REQUIRED), so that space
