@@ -80,6 +80,9 @@ const std::vector<Spec>& Schema() {
        "payloads of at least this many KiB go to other hosts by reference to their pages "
        "(vmsplice and splice into the TCP socket) instead of being copied into it (0: always "
        "copied)"},
+      {"TCP_CONGESTION", &Settings::tcp_congestion, [] { return std::string(); }, {0, 0},
+       "congestion control of TCP links to other hosts (TCP_CONGESTION, e.g. cubic or bbr); "
+       "empty: the host's default (net.ipv4.tcp_congestion_control), as kernel rds_tcp uses"},
       {"EXIT_FLUSH_MS", &Settings::exit_flush_ms, [] { return std::string("2000"); },
        {0, 600000},
        "at exit, wait up to this long for queued messages to reach their transport"},

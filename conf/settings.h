@@ -43,6 +43,8 @@ struct Settings {
   int64_t shm_arena_mb;
   // TCP links: payloads of at least this many KiB go into the socket by reference (0: copied).
   int64_t tcp_splice_min_kb;
+  // TCP links: congestion control (TCP_CONGESTION); empty: the host's default.
+  std::string tcp_congestion;
   int64_t exit_flush_ms;       // at exit, wait this long for queued messages to be written
   // Fault injection, for tests only (all off by default).
   int64_t fault_reset_every;        // reset a link after every N messages it receives

@@ -44,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -114,6 +115,7 @@ struct WorkerArgs {
   int peers = 0;             // scale: number of peer processes
   int index = 0;             // scale: this peer's number, 0 … peers-1
   std::string wait = "auto";  // scale hub: epoll, poll, or auto (epoll if the fd limit allows)
+  std::string tcp_congestion;  // raw TCP workers: TCP_CONGESTION (empty: the host's default)
 };
 
 void PinTo(int cpu) {
@@ -224,9 +226,19 @@ class FramedTcp {
   size_t start_ = 0, end_ = 0;
 };
 
+// --tcp-congestion: set before connect/listen (an accepted socket inherits the listener's).
+void SetCongestion(int fd, const WorkerArgs& a) {
+  if (a.tcp_congestion.empty()) return;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, a.tcp_congestion.data(),
+                 static_cast<socklen_t>(a.tcp_congestion.size())) != 0) {
+    Die("TCP_CONGESTION");
+  }
+}
+
 int TcpListenAccept(const WorkerArgs& a) {
   int l = socket(AF_INET, SOCK_STREAM, 0);
   if (l < 0) Die("socket(tcp)");
+  SetCongestion(l, a);
   int one = 1;
   setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in sin = Addr(a.addr, a.port);
@@ -242,6 +254,7 @@ int TcpListenAccept(const WorkerArgs& a) {
 int TcpConnect(const WorkerArgs& a) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) Die("socket(tcp)");
+  SetCongestion(fd, a);
   sockaddr_in sin = Addr(a.peer, a.port);
   if (connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) Die("tcp connect");
   return fd;
@@ -775,6 +788,9 @@ struct Options {
   size_t scale_sockets = 10000;  // 0: no scale measurement
   int scale_peers = 64;
   std::string scale_wait = "auto";  // the hub's wait: epoll | poll | auto
+  // Congestion control of every TCP connection measured: the raw TCP baseline's sockets and
+  // the shim's links (RDS_PRELOAD_TCP_CONGESTION), so both use the same; empty: the host's.
+  std::string tcp_congestion;
 };
 
 struct Host {
@@ -839,6 +855,9 @@ Worker Spawn(const Options& o, const Host& h, bool rds, std::vector<std::string>
     if (rds) {
       argv.push_back("LD_PRELOAD=" + o.preload);
       argv.push_back("RDS_PRELOAD_RUNDIR=" + g_rundir + (h.netns.empty() ? "" : "/" + h.netns));
+      if (!o.tcp_congestion.empty()) {
+        argv.push_back("RDS_PRELOAD_TCP_CONGESTION=" + o.tcp_congestion);
+      }
     } else {
       argv.push_back("-u");
       argv.push_back("LD_PRELOAD");
@@ -909,11 +928,13 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
   int srv_cpu = o.cpus == "split" || o.cpus == "same" ? 0 : -1;
   int cli_cpu = o.cpus == "split" ? 1 : o.cpus == "same" ? 0 : -1;
   auto common = [&](const std::string& role, int cpu) {
-    return std::vector<std::string>{
+    std::vector<std::string> args = {
         "--worker=" + role,        "--addr=" + (role == server_role ? srv.addr : cli.addr),
         "--peer=" + srv.addr,      "--port=" + std::to_string(port),
         "--size=" + std::to_string(size), "--seconds=" + std::to_string(o.seconds),
         "--cpu=" + std::to_string(cpu)};
+    if (!o.tcp_congestion.empty()) args.push_back("--tcp-congestion=" + o.tcp_congestion);
+    return args;
   };
   Worker server = Spawn(o, srv, rds, common(server_role, srv_cpu));
   if (ReadLine(server, 20) != "ready") {
@@ -1281,13 +1302,15 @@ int Usage() {
           "                 [--placements host,netns] [--cpus split|same|none]\n"
           "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
           "                 [--scale-peers P] [--scale-wait auto|epoll|poll] [--csv FILE]\n"
-          "                 [--plot FILE.png|'']\n"
+          "                 [--plot FILE.png|''] [--tcp-congestion NAME]\n"
           "  LIST: comma-separated sizes such as 64,1K,64K,1M ('' skips that measurement).\n"
           "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, server on cpu0\n"
           "  and client on cpu1, an idle process with 1000 bound sockets (--idle-sockets 0:\n"
           "  none), and the scale run: one process with 10000 sockets echoing to 64 peer\n"
           "  processes, same host (--scale-sockets 0: none), waiting with epoll if the fd\n"
-          "  limit allows two fds per socket, else with poll (--scale-wait).\n");
+          "  limit allows two fds per socket, else with poll (--scale-wait).\n"
+          "  --tcp-congestion: the congestion control of the raw TCP baseline and of the\n"
+          "  shim's TCP links alike (default: the host's, net.ipv4.tcp_congestion_control).\n");
   return 2;
 }
 
@@ -1326,6 +1349,7 @@ int main(int argc, char** argv) {
     else if (key == "--wait") w.wait = val;
     else if (key == "--scale-wait") o.scale_wait = val;
     else if (key == "--cpus") o.cpus = val;
+    else if (key == "--tcp-congestion") o.tcp_congestion = w.tcp_congestion = val;
     else if (key == "--csv") o.csv = val;
     else if (key == "--plot") o.plot = val;
     else if (key == "--lat-sizes" || key == "--rate-sizes") {
@@ -1370,6 +1394,16 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
+
+  // The TCP connections' congestion control matters more than anything else across the
+  // netns hosts (DESIGN.md §9.9): say which one was measured.
+  std::string cc = o.tcp_congestion;
+  if (cc.empty()) {
+    std::ifstream f("/proc/sys/net/ipv4/tcp_congestion_control");
+    std::getline(f, cc);
+    cc = (cc.empty() ? "unknown" : cc) + " (the host's default)";
+  }
+  printf("tcp congestion control: %s\n", cc.c_str());
 
   std::vector<std::string> placements;
   std::vector<Row> rows;

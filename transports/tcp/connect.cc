@@ -2,10 +2,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_format.h"
+#include "conf/settings.h"
+#include "engine/log.h"
 #include "engine/sys.h"
 #include "transports/tcp/tcp.h"
 
@@ -18,6 +22,17 @@ void Tune(int fd) {
   sys::Setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   sys::Setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
   sys::Setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  const std::string& cc = conf::Get().tcp_congestion;
+  if (!cc.empty() && sys::Setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(),
+                                     static_cast<socklen_t>(cc.size())) != 0) {
+    // Unknown (ENOENT) or not in net.ipv4.tcp_allowed_congestion_control
+    // for this user (EPERM): the link keeps the host's default.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      log::Warn("RDS_PRELOAD_TCP_CONGESTION=%s: %s; TCP links use the host's default", cc,
+                strerror(errno));
+    }
+  }
 }
 
 absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port) {

@@ -25,6 +25,8 @@ absl::StatusOr<int> Listen(uint16_t port);
 // Accepts one connection; -1 with errno EAGAIN when none is pending.
 int Accept(int listen_fd, RdsEndpoint* peer, RdsEndpoint* local);
 absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port);
+// Socket options of every TCP link (both ends): no Nagle, keepalives, and the
+// congestion control named by RDS_PRELOAD_TCP_CONGESTION, if any.
 void Tune(int fd);
 
 }  // namespace rds::tcp
