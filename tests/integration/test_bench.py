@@ -5,7 +5,8 @@ Not a performance test: the numbers are only checked for consistency, never agai
 1. A short run (0.2 s per measurement; 64 B and 64 KiB latency, 64 B and 1 MiB rate) on the
    same host, and across two network-namespace hosts when root (else that placement is skipped
    by the bench, which must say so).
-2. Exit status 0; the summary table and the target lines are printed.
+2. Exit status 0; the congestion control measured, the summary table and the target lines are
+   printed.
 3. The CSV has one row per (test, placement, transport, size), with p50 > 0 and p99 >= p50 for
    latency, rate > 0 and MB/s = rate x size for rate, and the idle row (200 bound sockets).
 4. The scale measurement, small (200 hub sockets, 4 peer processes, same host): every echo of
@@ -54,6 +55,8 @@ class Bench(unittest.TestCase):
             itlib.log(r.stdout[-3000:])
             self.assertEqual(r.returncode, 0, f"rds-bench failed:\n{r.stdout}\n{r.stderr}")
             self.assertIn("issue 6 targets:", r.stdout)
+            self.assertRegex(r.stdout, r"(?m)^tcp congestion control: \S+",
+                             "the bench must say which congestion control it measured")
             self.assertIn("64 B RTT <= 1.2x raw TCP (host)", r.stdout)
 
             with open(csv_path) as f:
