@@ -45,7 +45,7 @@ struct Settings {
   int64_t tcp_splice_min_kb;
   // TCP links: congestion control (TCP_CONGESTION); empty: the host's default.
   std::string tcp_congestion;
-  int64_t exit_flush_ms;       // at exit, wait this long for queued messages to be written
+  int64_t exit_flush_ms;       // at exit, wait this long for sent messages to be acknowledged
   // Fault injection, for tests only (all off by default).
   int64_t fault_reset_every;        // reset a link after every N messages it receives
   int64_t fault_reset_permille;     // ... or with this probability per received message
