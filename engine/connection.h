@@ -69,11 +69,14 @@ class Path {
   bool ack_posted = false;
   uint64_t rx_messages = 0;            // on the current link (fault injection)
   // The socket the last message was delivered to, while the bind table's
-  // epoch is unchanged (BindTableEpoch): a stream skips the table lookup.
+  // epoch is unchanged (BindTableEpoch): a stream skips the table lookup and
+  // the reference count per message (DESIGN.md §9.9). The reference may keep
+  // a closed socket's object (its queues and fds are gone, Release) until the
+  // path's next message, or until the path goes down.
   struct {
     uint16_t port = 0;
     uint64_t epoch = 0;
-    std::weak_ptr<RdsSocket> socket;
+    std::shared_ptr<RdsSocket> socket;
   } last_destination;
   bool connect_delayed = false;        // fault injection: the delay was served
   absl::Duration backoff = absl::ZeroDuration();

@@ -697,6 +697,7 @@ void Engine::OnPathDown(Path& p, const absl::Status& why) {
             why.ToString());
   stats::Inc(stats::kConnReset);
   p.link.reset();
+  p.last_destination = {};  // a closed socket's object is not kept for an idle path
   ReturnUnackedToBacklog(p);
   // Route queries in flight on the dead link are asked again on the next.
   p.conn.querying.clear();
@@ -870,7 +871,7 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     PathSend(p, std::move(pong));
     return true;
   }
-  std::shared_ptr<RdsSocket> rs = Destination(p, h.dport);
+  RdsSocket* rs = Destination(p, h.dport);
   if (!rs) {
     stats::Inc(stats::kRecvDropNoSock);
     control::Control notice;
@@ -908,15 +909,15 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   return true;
 }
 
-std::shared_ptr<RdsSocket> Engine::Destination(Path& p, uint16_t dport) {
+RdsSocket* Engine::Destination(Path& p, uint16_t dport) {
   auto& last = p.last_destination;
   const uint64_t epoch = BindTableEpoch();
-  if (last.epoch == epoch && last.port == dport) return last.socket.lock();
-  std::shared_ptr<RdsSocket> rs = FindBound(p.conn.ns->key(), {p.conn.key.laddr, dport});
-  last.port = dport;
-  last.epoch = epoch;
-  last.socket = rs;
-  return rs;
+  if (last.epoch != epoch || last.port != dport) {
+    last.socket = FindBound(p.conn.ns->key(), {p.conn.key.laddr, dport});
+    last.port = dport;
+    last.epoch = epoch;
+  }
+  return last.socket.get();
 }
 
 std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Reassembler& filler) {
@@ -927,7 +928,7 @@ std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Rea
     return std::nullopt;
   }
   if (AlreadyDelivered(p, h)) return std::nullopt;
-  std::shared_ptr<RdsSocket> rs = Destination(p, h.dport);
+  RdsSocket* rs = Destination(p, h.dport);
   if (!rs) return std::nullopt;
   rds::MutexLock lock(&rs->mu);
   // Messages already queued come first: they are the waiting call's.

@@ -146,8 +146,9 @@ class Engine {
   void AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen, uint64_t peer_ack);
   void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);
   bool AcceptData(Path& p, const wire::Header& h, Payload& payload);
-  // The socket a data message for port `dport` goes to (cached per path).
-  std::shared_ptr<RdsSocket> Destination(Path& p, uint16_t dport);
+  // The socket a data message for port `dport` goes to, or null (cached per
+  // path): valid until the next call for `p` or `p` goes down.
+  RdsSocket* Destination(Path& p, uint16_t dport);
   // A link read the header of a large payload: the buffer of a recvmsg
   // waiting for it, if any (engine/direct_receive.h).
   std::optional<Payload> DirectStorage(Path& p, const wire::Header& h, Reassembler& filler);
