@@ -86,7 +86,8 @@ const std::vector<Spec>& Schema() {
       {"EXIT_FLUSH_MS", &Settings::exit_flush_ms, [] { return std::string("2000"); },
        {0, 600000},
        "at exit(), wait up to this long for the messages sendmsg accepted to be acknowledged "
-       "by their receivers (written, and retransmitted over a new link if one drops)"},
+       "by their receivers (written, and retransmitted over a new link if one drops; a peer "
+       "whose reconnection failed is not waited for)"},
       {"FAULT_RESET_EVERY", &Settings::fault_reset_every, [] { return std::string("0"); },
        {0, int64_t{1} << 40}, "tests only: reset a link after every N messages it receives"},
       {"FAULT_RESET_PERMILLE", &Settings::fault_reset_permille, [] { return std::string("0"); },

@@ -1414,10 +1414,21 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
 // Exit.
 
 size_t Engine::PendingMessages() {
+  // A path that is down and whose reconnection has failed since (its
+  // back-off grew past the first step), or a route query whose connection
+  // failed, has no reachable peer: nothing to wait for at exit, where kernel
+  // RDS drops a closed socket's messages anyway (DESIGN.md §4.1).
+  const absl::Duration first_backoff =
+      absl::Milliseconds(std::max<int64_t>(conf::Get().reconnect_min_delay_ms, 1));
   size_t n = 0;
   for (auto& [key, c] : connections_) {
-    for (auto& [port, q] : c->unresolved) n += q.size();
-    for (auto& [pid, p] : c->paths) n += p->backlog.size() + p->unacked.size();
+    const bool queries_fail =
+        !c->AnyUpPath() && !c->query_link && c->query_backoff >= first_backoff;
+    for (auto& [port, q] : c->unresolved) n += queries_fail ? 0 : q.size();
+    for (auto& [pid, p] : c->paths) {
+      if (!p->link && !p->connecting && p->backoff > first_backoff) continue;
+      n += p->backlog.size() + p->unacked.size();
+    }
   }
   return n;
 }

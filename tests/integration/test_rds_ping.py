@@ -136,7 +136,9 @@ class RdsPing(unittest.TestCase):
         self.assertEqual(rc, 1, f"no reply at all -> exit 1\n{p.diag()}")
         self.assertEqual([l for l in p.lines if SUMMARY.match(l)], ["replay: sent 2 received 0"],
                          p.diag())
-        self.assertLess(elapsed, 10, f"-c 2 -i 0.3 must end (plus the shim's exit flush)\n{p.diag()}")
+        # Two pings and one more interval (~0.6-0.9 s): the exit does not wait the shim's exit
+        # flush limit (2 s) for a host whose engine cannot be reached (DESIGN.md §4.1).
+        self.assertLess(elapsed, 2.3, f"-c 2 -i 0.3 must end without waiting for B\n{p.diag()}")
 
         # b. B's engine exists (one process with a bound socket): it answers pings to B.
         holder = itlib.Proc("holder-B", [sys.executable, "-c", HOLDER, ip_b, 4001], rundir_b,
