@@ -413,10 +413,15 @@ struct RxState {
   }
 };
 
-int RunReceiver(const Plan& plan, Addr bind_addr, Addr peer) {
-  int fd = MakeSocket(/*nonblocking=*/true);
+// `blocking`: see Options::blocking_receive.
+int RunReceiver(const Plan& plan, Addr bind_addr, Addr peer, bool blocking) {
+  int fd = MakeSocket(/*nonblocking=*/!blocking);
   int rcv = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+  if (blocking) {
+    timeval tv{0, 50 * 1000};  // a blocked call returns EAGAIN after 50 ms: commands are read
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   BindOrDie(fd, bind_addr);
   RxState st(plan);
   std::vector<uint8_t> buf(plan.max_size + 4096);
@@ -441,7 +446,8 @@ int RunReceiver(const Plan& plan, Addr bind_addr, Addr peer) {
       mh.msg_iovlen = 1;
       ssize_t n = recvmsg(fd, &mh, 0);
       if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        // (A blocked RDS recvmsg whose SO_RCVTIMEO expires fails with ETIMEDOUT.)
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT) break;
         if (errno == EINTR) continue;
         Say("fatal recvmsg %s", ErrName(errno));
         exit(3);
@@ -475,7 +481,8 @@ int RunReceiver(const Plan& plan, Addr bind_addr, Addr peer) {
     if (!check_cmds) continue;
     last_cmd_check = now;
     pollfd p[2] = {{fd, POLLIN, 0}, {0, POLLIN, 0}};
-    int n = poll(p, stdin_open ? 2 : 1, got == 0 ? 100 : 0);
+    // (A blocking receiver has just waited in recvmsg.)
+    int n = poll(p, stdin_open ? 2 : 1, got == 0 && !blocking ? 100 : 0);
     if (n < 0 && errno != EINTR) {
       Say("fatal poll %s", ErrName(errno));
       exit(3);
@@ -607,6 +614,10 @@ struct Options {
   double timeout = 3600, stall = 60;
   std::vector<std::pair<std::string, std::string>> env;
   bool quiet = false;
+  // Receivers block in recvmsg (with a short SO_RCVTIMEO, to read their commands) instead of
+  // polling a non-blocking socket: large messages then go straight into the waiting call's
+  // buffer (direct receive, DESIGN.md §9.8).
+  bool blocking_receive = false;
 };
 
 struct Host {
@@ -899,6 +910,7 @@ int Usage() {
           "                [--stall SEC] [--fault-reset-every N] [--fault-reset-permille N]\n"
           "                [--fault-cut-permille N] [--fault-connect-fail-permille N]\n"
           "                [--fault-connect-delay-ms N] [--env NAME=VALUE]... [--quiet]\n"
+          "                [--blocking-receive]\n"
           "Without --preload, the LD_PRELOAD this program runs under is given to the workers.\n");
   return 2;
 }
@@ -1024,6 +1036,7 @@ int Launch() {
     Worker& r = workers[p.receiver];
     std::vector<std::string> a = {"--role", "receiver", "--bind", p.dst.Str(), "--peer", p.src.Str()};
     for (auto& x : PlanArgs(p)) a.push_back(x);
+    if (opt.blocking_receive) a.push_back("--blocking-receive");
     if (!Spawn(r, hosts[r.host], a)) failure = "cannot start " + r.name;
   }
   std::string why;
@@ -1171,7 +1184,8 @@ int Launch() {
                                  "shim_conn_drop_overload", "shim_conn_connected",
                                  "shim_conn_accepted", "shim_acks_sent",
                                  "shim_shm_payloads_sent", "shim_shm_payloads_received",
-                                 "shim_shm_arena_full", "shim_tcp_payloads_spliced"};
+                                 "shim_shm_arena_full", "shim_tcp_payloads_spliced",
+                                 "shim_recv_direct"};
   std::map<std::string, uint64_t> total_counters;
   bool counters_known = true;
   for (size_t h = 0; h < hosts.size(); h++) {
@@ -1288,6 +1302,7 @@ int main(int argc, char** argv) {
       if (eq == std::string::npos || eq == 0) return Usage();
       opt.env.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
     } else if (a == "--quiet") opt.quiet = true;
+    else if (a == "--blocking-receive") opt.blocking_receive = true;
     else return Usage();
   }
   if (opt.max_size > 1048576) return Usage();
@@ -1300,7 +1315,8 @@ int main(int argc, char** argv) {
       return 3;
     }
     signal(SIGPIPE, SIG_IGN);
-    return role == "receiver" ? RunReceiver(plan, bind_addr, peer) : RunSender(plan, bind_addr, peer);
+    return role == "receiver" ? RunReceiver(plan, bind_addr, peer, opt.blocking_receive)
+                              : RunSender(plan, bind_addr, peer);
   }
   if (!role.empty()) return Usage();
   if (opt.local_pairs + opt.netns_pairs <= 0 || opt.messages == 0) return Usage();

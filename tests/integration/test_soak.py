@@ -21,9 +21,10 @@ their receiver has everything. Fault injection reaches every worker through the 
 6. large messages across the namespace hosts (DESIGN.md §9.8): 1 pair x 1,000 messages uniform
    in 0 B ... 1 MiB, a link reset after every 100 messages — payload pages spliced into TCP
    sockets that then die must never be written under a reader (a message freed unacknowledged
-   abandons its pages). Splicing must really have happened (shim_tcp_payloads_spliced > 0).
-   (rds-soak's receivers poll a non-blocking socket, so direct receives are not exercised
-   here: unit tests and the netns all-to-all test cover them.)
+   abandons its pages). The receiver blocks in recvmsg (--blocking-receive), so payloads are
+   also read straight into its waiting buffer across the resets (direct receive: withdrawn,
+   moved to own storage, or completed). Both must really have happened
+   (shim_tcp_payloads_spliced > 0, shim_recv_direct > 0).
 Pass, per run: rds-soak exits 0 and says PASS; every pair sent and received exactly its count,
 0 lost, 0 duplicated, 0 reordered, 0 corrupt, equal SHA-256; and the faults really happened:
 fault injections, link resets (conn_reset) on every host and retransmissions were counted.
@@ -141,11 +142,14 @@ class Soak(unittest.TestCase):
         hosts = self.two_hosts()
         n = int(1000 * SCALE)
         out = self.run_soak("large-two-hosts", ["--netns-pairs", 1, "--max-size", 1 << 20,
-                                                "--sizes", "uniform", "--fault-reset-every", 100]
+                                                "--sizes", "uniform", "--fault-reset-every", 100,
+                                                "--blocking-receive"]
                             + hosts, n, 1)
         spliced = sum(int(h.get("shim_tcp_payloads_spliced", "0")) for h in out["host"])
         self.assertGreater(spliced, 0, "no payload was spliced into a TCP link")
-        itlib.log(f"large-two-hosts: {spliced} payloads spliced")
+        direct = sum(int(h.get("shim_recv_direct", "0")) for h in out["host"])
+        self.assertGreater(direct, 0, "no payload was read straight into a waiting recvmsg")
+        itlib.log(f"large-two-hosts: {spliced} payloads spliced, {direct} received directly")
 
 
 if __name__ == "__main__":
