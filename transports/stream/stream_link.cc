@@ -22,6 +22,11 @@ constexpr absl::Duration kReleaseDelayMin = absl::Milliseconds(5);
 constexpr absl::Duration kReleaseDelayMax = absl::Milliseconds(100);
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr size_t kDirectReadMin = 64 * 1024;
+// A payload read straight into its final buffer is read this much at a time:
+// the kernel holds the socket's lock for the whole copy, and segments that
+// arrive meanwhile wait in its backlog, unacknowledged, so one 1 MiB copy
+// stretched the TCP round trip that BBR paces by (DESIGN.md §9.9).
+constexpr size_t kDirectReadChunk = 128 * 1024;
 constexpr int kMaxIov = 128;
 // Messages whose unwritten part is at most this long are copied into one
 // contiguous staging buffer rather than given two iovec entries each: a writev
@@ -257,7 +262,7 @@ void StreamLink::OnReadable() {
     absl::Span<uint8_t> direct = reassembler_.DirectTarget(kDirectReadMin);
     ssize_t n;
     if (!direct.empty()) {
-      n = sys::Read(fd_, direct.data(), direct.size());
+      n = sys::Read(fd_, direct.data(), std::min(direct.size(), kDirectReadChunk));
       if (n > 0) {
         last_read_ns_ = MonotonicNs();
         if (absl::Status s = reassembler_.CommitDirect(static_cast<size_t>(n), sink); !s.ok()) {
