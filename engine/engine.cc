@@ -39,6 +39,12 @@ namespace {
 // Received bytes after which a path acknowledges at once (OnPathMessage).
 constexpr uint64_t kStreamAckBytes = 512 * 1024;
 
+// The back-off after a path's or a route query's first failure (at least
+// 1 ms); it doubles with each failure after that.
+absl::Duration FirstReconnectBackoff() {
+  return absl::Milliseconds(std::max<int64_t>(conf::Get().reconnect_min_delay_ms, 1));
+}
+
 // A retransmission of a message delivered before its link broke (kernel
 // rds_recv_incoming drops it).
 bool AlreadyDelivered(const Path& p, const wire::Header& h) {
@@ -712,7 +718,7 @@ void Engine::SchedulePathRetry(Path& p) {
   absl::Duration delay;
   if (p.backoff == absl::ZeroDuration()) {
     delay = absl::ZeroDuration();  // the first retry is immediate (rds_queue_reconnect)
-    p.backoff = absl::Milliseconds(std::max<int64_t>(cfg.reconnect_min_delay_ms, 1));
+    p.backoff = FirstReconnectBackoff();
   } else {
     thread_local absl::BitGen gen;
     delay = absl::Milliseconds(
@@ -1005,7 +1011,7 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     const conf::Settings& cfg = conf::Get();
     thread_local absl::BitGen gen;
     cp->query_backoff =
-        std::clamp(cp->query_backoff * 2, absl::Milliseconds(std::max<int64_t>(cfg.reconnect_min_delay_ms, 1)),
+        std::clamp(cp->query_backoff * 2, FirstReconnectBackoff(),
                    absl::Milliseconds(cfg.reconnect_max_delay_ms));
     absl::Duration delay = absl::Milliseconds(absl::Uniform<int64_t>(
         gen, 0, std::max<int64_t>(absl::ToInt64Milliseconds(cp->query_backoff), 1)));
@@ -1418,8 +1424,7 @@ size_t Engine::PendingMessages() {
   // back-off grew past the first step), or a route query whose connection
   // failed, has no reachable peer: nothing to wait for at exit, where kernel
   // RDS drops a closed socket's messages anyway (DESIGN.md §4.1).
-  const absl::Duration first_backoff =
-      absl::Milliseconds(std::max<int64_t>(conf::Get().reconnect_min_delay_ms, 1));
+  const absl::Duration first_backoff = FirstReconnectBackoff();
   size_t n = 0;
   for (auto& [key, c] : connections_) {
     const bool queries_fail =
