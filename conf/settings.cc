@@ -109,9 +109,10 @@ const std::vector<Spec>& Schema() {
        "messages in batches, instead of being written alone on the calling thread (0: never)"},
       {"RECV_DRIVE_LEASE_US", &Settings::recv_drive_lease_us,
        [] { return std::string("500"); }, {0, 100000},
-       "a thread blocked in recvmsg reads the links itself instead of being woken by the engine "
-       "thread, which stays parked for this many microseconds after such a thread returns (so "
-       "other traffic may wait that long while no thread is blocked in recvmsg); 0: off"},
+       "a thread blocked in recvmsg (or in poll/select on an RDS socket) reads the links itself "
+       "instead of being woken by the engine thread, which stays parked for this many "
+       "microseconds after such a thread returns (so other traffic may wait that long while no "
+       "thread is blocked); 0: off"},
       {"LOG_LEVEL", &Settings::log_level, [] { return std::string("0"); }, {0, 5},
        "0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace"},
       {"SHOW_CONFIG", &Settings::show_config, [] { return std::string("0"); }, {0, 1},

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "conf/settings.h"
 #include "engine/errors.h"
@@ -137,28 +138,42 @@ void EventLoop::RunDueTimers() {
 
 bool EventLoop::InLoop() { return t_in_loop; }
 
+bool EventLoop::TasksPending() {
+  rds::MutexLock lock(&task_mu_);
+  return !tasks_.empty();
+}
+
+void EventLoop::LockRun() {
+  run_mu_.Lock();
+  t_in_loop = true;
+}
+
+void EventLoop::UnlockRun(WakeBatch& wakes) {
+  t_in_loop = false;
+  run_mu_.Unlock();
+  wakes.Flush();
+}
+
+void EventLoop::NudgePoller() {
+  // The loop thread may be in epoll_wait: make it look again (and park).
+  if (pollers_.load(std::memory_order_seq_cst) > 0) {
+    uint64_t one = 1;
+    sys::Write(wake_fd_, &one, sizeof(one));
+  }
+}
+
 bool EventLoop::TryRunInline(absl::FunctionRef<bool()> fn) {
   if (!run_mu_.TryLock()) return false;
   t_in_loop = true;
   WakeBatch wakes;
-  bool idle;
-  {
-    rds::MutexLock lock(&task_mu_);
-    idle = tasks_.empty();
-  }
+  const bool idle = !TasksPending();
   const TimerId timers_before = next_timer_;
   bool done = idle && fn();
   if (done) RunDeferred();
   // A timer started here may be due before the sleeping loop's timeout.
   const bool new_timer = next_timer_ != timers_before;
-  bool pending;
-  {
-    rds::MutexLock lock(&task_mu_);
-    pending = !tasks_.empty();  // posted by fn (it cannot run them: order)
-  }
-  t_in_loop = false;
-  run_mu_.Unlock();
-  wakes.Flush();
+  const bool pending = TasksPending();  // posted by fn (it cannot run them: order)
+  UnlockRun(wakes);
   if (new_timer || pending) Kick();
   return done;
 }
@@ -220,16 +235,12 @@ void EventLoop::Run() {
   int n = 0;
   absl::Duration park_for = lease_;
   uint64_t seen_sessions = 0;
-  run_mu_.Lock();
-  t_in_loop = true;
+  LockRun();
   while (!stop_.load(std::memory_order_relaxed)) {
     // Wake-ups of application threads wait until the run lock is released (waiter.h).
     WakeBatch wakes;
-    Dispatch(events, n);
+    RunRound(events, n);
     n = 0;
-    DrainTasks();
-    RunDueTimers();
-    RunDeferred();
     if (deferred_.empty() && ShouldPark()) {
       // A driver polls (or did a moment ago, and probably will again): stay out of its way.
       const uint64_t sessions = drive_sessions_.load(std::memory_order_relaxed);
@@ -244,15 +255,9 @@ void EventLoop::Run() {
       if (timer_ms >= 0) until = std::min(until, absl::Now() + absl::Milliseconds(timer_ms));
       long_park_.store(park_for > lease_, std::memory_order_seq_cst);
       parked_.store(true, std::memory_order_seq_cst);
-      bool pending;
-      {
-        // Re-check after announcing the park (as before sleeping, below).
-        rds::MutexLock lock(&task_mu_);
-        pending = !tasks_.empty();
-      }
-      t_in_loop = false;
-      run_mu_.Unlock();
-      wakes.Flush();
+      // Re-check after announcing the park (as before sleeping, below).
+      const bool pending = TasksPending();
+      UnlockRun(wakes);
       if (!pending) {
         Park(until);
         // While the same driver session lasts it serves everything (events,
@@ -267,35 +272,25 @@ void EventLoop::Run() {
               drive_sessions_.load(std::memory_order_relaxed) != seen_sessions) {
             break;
           }
-          {
-            rds::MutexLock lock(&task_mu_);
-            if (!tasks_.empty()) break;
-          }
+          if (TasksPending()) break;
           Park(absl::Now() + park_for);
         }
       }
       parked_.store(false, std::memory_order_seq_cst);
       long_park_.store(false, std::memory_order_relaxed);
-      run_mu_.Lock();
-      t_in_loop = true;
+      LockRun();
       continue;
     }
     park_for = lease_;
     int timeout = deferred_.empty() ? NextTimeoutMs() : 0;
     pollers_.fetch_add(1, std::memory_order_seq_cst);
-    {
-      // Re-check after announcing sleep: a Post() that saw no poller did not
-      // write the eventfd, so its task must be picked up now.
-      rds::MutexLock lock(&task_mu_);
-      if (!tasks_.empty()) timeout = 0;
-    }
-    t_in_loop = false;
-    run_mu_.Unlock();
-    wakes.Flush();
+    // Re-check after announcing sleep: a Post() that saw no poller did not
+    // write the eventfd, so its task must be picked up now.
+    if (TasksPending()) timeout = 0;
+    UnlockRun(wakes);
     n = sys::EpollWait(epfd_, events, kMaxEvents, timeout);
     int err = errno;
-    run_mu_.Lock();
-    t_in_loop = true;
+    LockRun();
     pollers_.fetch_sub(1, std::memory_order_seq_cst);
     if (n < 0) {
       if (err != EINTR) log::Error("epoll_wait: %s", strerror(err));
@@ -304,6 +299,45 @@ void EventLoop::Run() {
   }
   t_in_loop = false;
   run_mu_.Unlock();
+}
+
+bool EventLoop::BeginDriving(sigset_t* app_mask, stats::Counter counter) {
+  // Signals wait until this thread sleeps in epoll_pwait or ppoll: a handler
+  // must never run while this thread holds the run lock (or in the middle of
+  // a handler).
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, app_mask);
+  bool expected = false;
+  if (!driving_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+    pthread_sigmask(SIG_SETMASK, app_mask, nullptr);
+    return false;
+  }
+  // Whoever holds the run lock now (the loop thread in a round, a thread
+  // sending inline) releases it soon and never waits for this thread.
+  LockRun();
+  drive_sessions_.fetch_add(1, std::memory_order_relaxed);
+  stats::Inc(counter);
+  return true;
+}
+
+void EventLoop::EndDriving(WakeBatch& wakes, const sigset_t& app_mask) {
+  last_drive_end_ns_.store(MonotonicNow(), std::memory_order_relaxed);
+  driving_.store(false, std::memory_order_seq_cst);
+  // Work posted by this round's handlers (an urgent ack) that the parked
+  // loop thread would otherwise leave for a lease.
+  const bool pending = TasksPending();
+  UnlockRun(wakes);
+  // A session that outlived the loop thread's lease: it parked for longer, wake it now.
+  if (pending || long_park_.load(std::memory_order_seq_cst)) Kick();
+  pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
+}
+
+void EventLoop::RunRound(const struct epoll_event* events, int n) {
+  Dispatch(events, n);
+  DrainTasks();
+  RunDueTimers();
+  RunDeferred();
 }
 
 bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result) {
@@ -315,22 +349,8 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
   if (lease_ <= absl::ZeroDuration()) return false;
   const signals::Interrupted on_signal = signals::Policy();
   if (on_signal == signals::Interrupted::kMixed) return false;
-  // Signals wait until this thread sleeps in epoll_pwait: a handler must never
-  // run while this thread holds the run lock (or in the middle of a handler).
-  sigset_t all, app_mask;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &app_mask);
-  bool expected = false;
-  if (!driving_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
-    pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
-    return false;
-  }
-  // Whoever holds the run lock now (the loop thread in a round, a thread
-  // sending inline) releases it soon and never waits for this thread.
-  run_mu_.Lock();
-  t_in_loop = true;
-  drive_sessions_.fetch_add(1, std::memory_order_relaxed);
-  stats::Inc(stats::kShimRecvWaitsDriven);
+  sigset_t app_mask;
+  if (!BeginDriving(&app_mask, stats::kShimRecvWaitsDriven)) return false;
   on_enter();
   const int wfd = waiter.fd();
   bool registered = false;
@@ -341,11 +361,8 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
   if (n < 0) n = 0;
   WakeBatch wakes;
   for (;;) {
-    Dispatch(events, n);
+    RunRound(events, n);
     n = 0;
-    DrainTasks();
-    RunDueTimers();
-    RunDeferred();
     if (waiter.TakeWake()) {
       *result = absl::OkStatus();
       break;
@@ -364,11 +381,7 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
       epoll_ctl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
       driver_fd_.store(wfd, std::memory_order_seq_cst);
       registered = true;
-      // The loop thread may be in epoll_wait: make it look again (and park).
-      if (pollers_.load(std::memory_order_seq_cst) > 0) {
-        uint64_t one = 1;
-        sys::Write(wake_fd_, &one, sizeof(one));
-      }
+      NudgePoller();
     }
     int timeout = deferred_.empty() ? NextTimeoutMs() : 0;
     if (deadline) {
@@ -383,17 +396,11 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
       timeout = timeout < 0 ? ms : std::min(timeout, ms);
     }
     pollers_.fetch_add(1, std::memory_order_seq_cst);
-    {
-      rds::MutexLock lock(&task_mu_);
-      if (!tasks_.empty()) timeout = 0;
-    }
-    t_in_loop = false;
-    run_mu_.Unlock();
-    wakes.Flush();
+    if (TasksPending()) timeout = 0;
+    UnlockRun(wakes);
     n = sys::EpollPwait(epfd_, events, kMaxEvents, timeout, &app_mask);
     int err = errno;
-    run_mu_.Lock();
-    t_in_loop = true;
+    LockRun();
     pollers_.fetch_sub(1, std::memory_order_seq_cst);
     if (n < 0) {
       n = 0;
@@ -414,22 +421,76 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
     epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
   }
   on_leave();
-  last_drive_end_ns_.store(MonotonicNow(), std::memory_order_relaxed);
-  driving_.store(false, std::memory_order_seq_cst);
-  bool pending;
-  {
-    // Work posted by this round's handlers (an urgent ack) that the parked
-    // loop thread would otherwise leave for a lease.
-    rds::MutexLock lock(&task_mu_);
-    pending = !tasks_.empty();
-  }
-  t_in_loop = false;
-  run_mu_.Unlock();
-  wakes.Flush();
-  // A session that outlived the loop thread's lease: it parked for longer, wake it now.
-  if (pending || long_park_.load(std::memory_order_seq_cst)) Kick();
-  pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
+  EndDriving(wakes, app_mask);
   return true;
+}
+
+std::optional<int> EventLoop::PollDriving(struct pollfd* fds, nfds_t n,
+                                          const struct timespec* timeout, const sigset_t* mask,
+                                          Waiter& waiter) {
+  if (lease_ <= absl::ZeroDuration()) return std::nullopt;
+  std::optional<absl::Time> deadline;
+  if (timeout != nullptr) deadline = absl::Now() + absl::DurationFromTimespec(*timeout);
+  sigset_t app_mask;
+  if (!BeginDriving(&app_mask, stats::kShimPollWaitsDriven)) return std::nullopt;
+  // poll and select are never restarted after a handler (signal(7)): the
+  // mask they wait with is the caller's, whatever the handlers' flags.
+  const sigset_t* wait_mask = mask != nullptr ? mask : &app_mask;
+  // The caller's set, then the loop's epoll fd (readable while an event of
+  // the loop is ready). The caller's waiter fd is among the former: another
+  // thread's Wake() ends the ppoll through it.
+  absl::InlinedVector<struct pollfd, 8> set(fds, fds + n);
+  set.push_back({epfd_, POLLIN, 0});
+  NudgePoller();
+  struct epoll_event events[kMaxEvents];
+  WakeBatch wakes;
+  int ready = sys::EpollWait(epfd_, events, kMaxEvents, 0);
+  RunRound(events, std::max(ready, 0));
+  int result = 0;
+  int err = 0;
+  while (!waiter.TakeWake()) {  // woken by this thread: a socket of the caller's changed
+    absl::Duration wait = absl::InfiniteDuration();
+    const int timer_ms = deferred_.empty() ? NextTimeoutMs() : 0;
+    if (timer_ms >= 0) wait = absl::Milliseconds(timer_ms);
+    // At the deadline the caller's fds are still looked at, once.
+    bool last = false;
+    if (deadline) {
+      absl::Duration left = std::max(*deadline - absl::Now(), absl::ZeroDuration());
+      last = left == absl::ZeroDuration();
+      wait = std::min(wait, left);
+    }
+    pollers_.fetch_add(1, std::memory_order_seq_cst);
+    if (TasksPending()) wait = absl::ZeroDuration();
+    struct timespec ts;
+    if (wait != absl::InfiniteDuration()) ts = absl::ToTimespec(wait);
+    UnlockRun(wakes);
+    int r = sys::Ppoll(set.data(), set.size(), wait != absl::InfiniteDuration() ? &ts : nullptr,
+                       wait_mask);
+    err = errno;
+    LockRun();
+    pollers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (r < 0) {
+      result = -1;  // EINTR (a handler ran), or the caller's set is at fault (EINVAL, ENOMEM)
+      break;
+    }
+    // The loop's events are handled even when the caller's fds end the wait:
+    // the parked loop thread would leave them for a lease.
+    const bool loop_ready = set.back().revents != 0;
+    ready = loop_ready ? sys::EpollWait(epfd_, events, kMaxEvents, 0) : 0;
+    RunRound(events, std::max(ready, 0));
+    if (r > (loop_ready ? 1 : 0)) {
+      for (nfds_t i = 0; i < n; ++i) fds[i].revents = set[i].revents;
+      result = r - (loop_ready ? 1 : 0);
+      break;
+    }
+    if (last) break;
+  }
+  if (result == 0) {
+    for (nfds_t i = 0; i < n; ++i) fds[i].revents = 0;
+  }
+  EndDriving(wakes, app_mask);
+  if (result < 0) errno = err;
+  return result;
 }
 
 void EventLoop::Stop() {

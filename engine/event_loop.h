@@ -8,11 +8,13 @@
 // loop thread.
 //
 // Driving (DESIGN.md §9): an application thread about to block in recvmsg
-// becomes the loop for as long as it waits (Drive): it sleeps in epoll_wait on
-// the loop's epoll set, with its Waiter's timerfd added, and handles whatever
-// is ready itself — so an arriving message costs one wake-up (of the thread
-// that wants it) instead of two (the loop thread's, then the reader's). Only
-// one thread drives at a time. While a driver exists, and for a lease after
+// becomes the loop for as long as it waits (Drive): it sleeps in
+// epoll_wait on the loop's epoll set, with its Waiter's timerfd added, and
+// handles whatever is ready itself — so an arriving message costs one wake-up
+// (of the thread that wants it) instead of two (the loop thread's, then the
+// reader's). A thread blocked in the interposed poll/select drives the same
+// way (PollDriving), sleeping in ppoll on its own set plus the loop's epoll
+// fd. Only one thread drives at a time. While a driver exists, and for a lease after
 // the last one returned, the loop thread parks instead of polling, so that
 // epoll's wake-ups go to the driver; a posted task ends the park at once, the
 // lease ends it otherwise (a timer may therefore run up to one lease late while
@@ -25,7 +27,10 @@
 #ifndef RDS_ENGINE_EVENT_LOOP_H_
 #define RDS_ENGINE_EVENT_LOOP_H_
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <time.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -40,12 +45,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/functional/function_ref.h"
-#include "engine/sync.h"
 #include "absl/time/time.h"
+#include "engine/stats.h"
+#include "engine/sync.h"
 
 namespace rds {
 
 class Waiter;
+class WakeBatch;
 
 class EventLoop {
  public:
@@ -91,6 +98,18 @@ class EventLoop {
   bool Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::Status* result,
              absl::FunctionRef<void()> on_enter, absl::FunctionRef<void()> on_leave);
 
+  // Any thread but the loop thread, with no locks held: ppoll(fds, n, timeout,
+  // mask) with ppoll's results and signal behaviour (any handler ends it with
+  // -1/EINTR; `mask` null: the thread's own mask while waiting), running the
+  // loop meanwhile (the wait of the interposed poll and select). `waiter` is
+  // the caller's and its fd is among `fds`: a wake-up of it that this thread
+  // causes itself while running the loop ends the call at once with 0 and no
+  // revents set (the caller re-evaluates its RDS sockets). nullopt, with
+  // nothing done, if it cannot drive now (another thread drives, driving is
+  // off): the caller polls by itself.
+  std::optional<int> PollDriving(struct pollfd* fds, nfds_t n, const struct timespec* timeout,
+                                 const sigset_t* mask, Waiter& waiter);
+
   // True on a thread that holds the run lock (the loop thread in a round, or a
   // thread running inline or driving).
   static bool InLoop();
@@ -107,6 +126,23 @@ class EventLoop {
   };
 
   void Dispatch(const struct epoll_event* events, int n);
+  // Drive's and PollDriving's common frame: block every signal and claim the
+  // driver's role (false if another thread has it: the mask is restored),
+  // then take the run lock; and the reverse.
+  bool BeginDriving(sigset_t* app_mask, stats::Counter counter);
+  void EndDriving(WakeBatch& wakes, const sigset_t& app_mask);
+  // Posted tasks are queued.
+  bool TasksPending();
+  // The run lock with InLoop() kept true; UnlockRun then wakes what the
+  // holder's WakeBatch collected (after the release, waiter.h).
+  void LockRun() ABSL_EXCLUSIVE_LOCK_FUNCTION(run_mu_);
+  void UnlockRun(WakeBatch& wakes) ABSL_UNLOCK_FUNCTION(run_mu_);
+  // Makes a loop thread sleeping in epoll_wait look again (and park, now
+  // that a thread drives).
+  void NudgePoller();
+  // One round of the loop's work, between two waits: the ready fds' handlers,
+  // posted tasks, due timers, deferred work.
+  void RunRound(const struct epoll_event* events, int n);
   bool ShouldPark();
   void Park(absl::Time until);
   void Kick();

@@ -138,6 +138,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_shm_arena_full",
     "shim_tcp_payloads_spliced",
     "shim_recv_direct",
+    "shim_poll_waits_driven",
 };
 
 }  // namespace

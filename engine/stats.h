@@ -86,6 +86,7 @@ enum Counter : int {
   kShimShmArenaFull,         // large payloads copied because the arena had no room
   kShimTcpPayloadsSpliced,   // payloads whose pages went into a TCP socket by reference
   kShimRecvDirect,           // messages read straight into the buffer of a waiting recvmsg
+  kShimPollWaitsDriven,      // blocking poll/select waits that ran the event loop themselves
   kNumCounters,
 };
 

@@ -127,6 +127,13 @@ int Ioctl(int fd, unsigned long request, void* arg) {
 int Poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
   return static_cast<int>(syscall(SYS_poll, fds, n, timeout_ms));
 }
+int Ppoll(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask) {
+  // The kernel copies in and may update the timeout: hand it a copy.
+  struct timespec left;
+  if (timeout != nullptr) left = *timeout;
+  return static_cast<int>(syscall(SYS_ppoll, fds, n, timeout != nullptr ? &left : nullptr, mask,
+                                  size_t{8}));
+}
 int Open(const char* path, int flags, mode_t mode) {
   return static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
 }

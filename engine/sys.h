@@ -56,6 +56,8 @@ int Fcntl(int fd, int cmd, long arg);
 int FcntlLock(int fd, int cmd, struct flock* lock);
 int Ioctl(int fd, unsigned long request, void* arg);
 int Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
+// ppoll: `timeout` null waits forever; `mask` (null: unchanged) is the signal mask while waiting.
+int Ppoll(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask);
 int Open(const char* path, int flags, mode_t mode);
 int EpollWait(int epfd, struct epoll_event* events, int max, int timeout_ms);
 // epoll_pwait: `mask` is the signal mask while waiting (the kernel's 8-byte sigset).

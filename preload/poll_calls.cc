@@ -4,7 +4,10 @@
 // Calls with no RDS fd go straight to libc. Otherwise RDS fds are evaluated
 // here, the rest by the kernel; to sleep, the thread registers its Waiter on
 // every RDS socket in the set and polls the kernel fds plus its Waiter's
-// eventfd, so any change of an RDS socket wakes it.
+// timerfd, so any change of an RDS socket wakes it. While it sleeps it runs
+// the engine's event loop itself when it can (Engine::PollDriving): a message
+// arriving on a link then costs one wake-up, this thread's, instead of the
+// engine thread's and then this one's (DESIGN.md §2.3).
 #include <poll.h>
 #include <signal.h>
 #include <sys/select.h>
@@ -14,6 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/cong.h"
+#include "engine/engine.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
 #include "engine/waiter.h"
@@ -90,7 +94,10 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
       left = absl::ToTimespec(d);
       wait = &left;
     }
-    int r = rds::real::ppoll(kernel.data(), k, wait, mask);
+    std::optional<int> driven;
+    const bool blocks = wait == nullptr || wait->tv_sec > 0 || wait->tv_nsec > 0;
+    if (blocks) driven = rds::Engine::Get().PollDriving(kernel.data(), k, wait, mask, waiter);
+    int r = driven ? *driven : rds::real::ppoll(kernel.data(), k, wait, mask);
     int err = errno;
     if (watch_cong) rds::CongestionTable::Get().RemoveWaiter(&waiter);
     for (auto& rf : rds_fds) {

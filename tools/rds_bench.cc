@@ -5,6 +5,8 @@
 // For each placement (same host over loopback; two network-namespace hosts over a veth pair)
 // and each message size it runs, in one invocation and with the same process placement:
 //   * latency: a ping-pong between two processes, p50/p99/mean round trip;
+//   * latency-poll: the same, each receive preceded by a poll() for POLLIN on the socket, as
+//     rds-stress and rds-ping wait (--poll-lat-sizes, default 64 B only);
 //   * rate: one sender process streams messages one way to one receiver process, one send call
 //     per message; messages/s and payload MB/s at the receiver;
 // once over AF_RDS through the preloaded shim and once over raw TCP carrying the same 48-byte
@@ -185,6 +187,14 @@ class FramedTcp {
         skip -= k;
       }
     }
+  }
+  // A whole message is already buffered (a Recv() would not read the socket).
+  bool Buffered() const {
+    size_t have = end_ - start_;
+    if (have < kHeader) return false;
+    uint32_t be;
+    memcpy(&be, &buf_[start_ + 16], 4);
+    return have >= kHeader + ntohl(be);
   }
   // The next message's payload (valid until the next call) and its length; false at EOF.
   bool Recv(const uint8_t** payload, size_t* len) {
@@ -664,6 +674,16 @@ int ScalePeer(const WorkerArgs& a) {
   return 0;
 }
 
+// --wait=poll (latency-poll): a receiver sleeps in poll() until the socket is readable, then
+// receives (rds-stress's loop); otherwise the receive call itself blocks.
+void WaitReadable(const WorkerArgs& a, int fd) {
+  if (a.wait != "poll") return;
+  pollfd p = {fd, POLLIN, 0};
+  while (poll(&p, 1, -1) < 0) {
+    if (errno != EINTR) Die("poll");
+  }
+}
+
 int RunWorker(const WorkerArgs& a) {
   PinTo(a.cpu);
   alarm(static_cast<unsigned>(a.seconds) + 60);  // never outlive a broken run
@@ -693,6 +713,7 @@ int RunWorker(const WorkerArgs& a) {
     for (;;) {
       sockaddr_in from;
       socklen_t fl = sizeof(from);
+      WaitReadable(a, fd);
       ssize_t n = recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl);
       if (n < 0) Die("rds recvfrom");
       if (sendto(fd, buf.data(), static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from),
@@ -708,6 +729,7 @@ int RunWorker(const WorkerArgs& a) {
     if (a.role == "rds-ping") {
       return PingLoop(a, [&] {
         if (send(fd, buf.data(), a.size, 0) != static_cast<ssize_t>(a.size)) Die("rds send");
+        WaitReadable(a, fd);
         if (recv(fd, buf.data(), buf.size(), 0) != static_cast<ssize_t>(a.size)) Die("rds recv");
       });
     }
@@ -725,7 +747,8 @@ int RunWorker(const WorkerArgs& a) {
     return 0;
   }
   if (a.role == "tcp-echo" || a.role == "tcp-sink") {
-    FramedTcp t(TcpListenAccept(a));
+    const int fd = TcpListenAccept(a);
+    FramedTcp t(fd);
     const uint8_t* p;
     size_t n;
     if (a.role == "tcp-sink") {
@@ -737,8 +760,11 @@ int RunWorker(const WorkerArgs& a) {
         return n;
       });
     }
-    while (t.Recv(&p, &n)) t.Send(p, n);
-    return 0;
+    for (;;) {
+      if (!t.Buffered()) WaitReadable(a, fd);
+      if (!t.Recv(&p, &n)) return 0;
+      t.Send(p, n);
+    }
   }
   if (a.role == "tcp-ping" || a.role == "tcp-source") {
     int fd = TcpConnect(a);
@@ -748,6 +774,7 @@ int RunWorker(const WorkerArgs& a) {
         const uint8_t* p;
         size_t n;
         t.Send(buf.data(), a.size);
+        if (!t.Buffered()) WaitReadable(a, fd);
         if (!t.Recv(&p, &n) || n != a.size) {
           fprintf(stderr, "rds-bench: bad tcp echo\n");
           exit(1);
@@ -777,6 +804,7 @@ int RunWorker(const WorkerArgs& a) {
 struct Options {
   std::string preload;
   std::vector<size_t> lat_sizes = {64, 1024, 8192, 65536, 1 << 20};
+  std::vector<size_t> poll_lat_sizes = {64};
   std::vector<size_t> rate_sizes = {64, 1024, 8192, 65536, 1 << 20};
   double seconds = 1.0;
   std::vector<std::string> placements = {"host", "netns"};
@@ -923,8 +951,9 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
              const Host& srv, const Host& cli, size_t size, Row* row) {
   int port = g_port++;
   bool rds = transport == "rds";
-  std::string server_role = transport + (test == "latency" ? "-echo" : "-sink");
-  std::string client_role = transport + (test == "latency" ? "-ping" : "-source");
+  const bool ping_pong = test != "rate";  // latency, latency-poll
+  std::string server_role = transport + (ping_pong ? "-echo" : "-sink");
+  std::string client_role = transport + (ping_pong ? "-ping" : "-source");
   int srv_cpu = o.cpus == "split" || o.cpus == "same" ? 0 : -1;
   int cli_cpu = o.cpus == "split" ? 1 : o.cpus == "same" ? 0 : -1;
   auto common = [&](const std::string& role, int cpu) {
@@ -934,6 +963,7 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
         "--size=" + std::to_string(size), "--seconds=" + std::to_string(o.seconds),
         "--cpu=" + std::to_string(cpu)};
     if (!o.tcp_congestion.empty()) args.push_back("--tcp-congestion=" + o.tcp_congestion);
+    if (test == "latency-poll") args.push_back("--wait=poll");
     return args;
   };
   Worker server = Spawn(o, srv, rds, common(server_role, srv_cpu));
@@ -946,7 +976,7 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
   std::string result;
   bool ok = true;
   double limit = o.seconds + 60;
-  if (test == "latency") {
+  if (ping_pong) {
     result = ReadLine(client, limit);
     ok = Finish(client, false);
     Finish(server, true);
@@ -1223,22 +1253,28 @@ void WritePlot(const Options& o, const std::vector<Row>& rows,
   printf("wrote %s\n", o.plot.c_str());
 }
 
+// The measured tests, in order, and the sizes each runs at.
+const std::vector<std::string> kTests = {"latency", "latency-poll", "rate"};
+const std::vector<size_t>& SizesOf(const Options& o, const std::string& test) {
+  return test == "latency" ? o.lat_sizes : test == "latency-poll" ? o.poll_lat_sizes : o.rate_sizes;
+}
+
 void PrintSummary(const Options& o, const std::vector<Row>& rows,
                   const std::vector<std::string>& placements) {
-  printf("\n%-8s %-6s %-8s %12s %12s %12s %12s %12s %8s\n", "test", "where", "size", "rds p50us",
-         "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp");
-  for (const std::string& test : {std::string("latency"), std::string("rate")}) {
+  printf("\n%-12s %-6s %-8s %12s %12s %12s %12s %12s %8s\n", "test", "where", "size",
+         "rds p50us", "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp");
+  for (const std::string& test : kTests) {
     for (const std::string& pl : placements) {
-      for (size_t size : test == "latency" ? o.lat_sizes : o.rate_sizes) {
+      for (size_t size : SizesOf(o, test)) {
         const Row* r = Find(rows, test, pl, "rds", size);
         const Row* t = Find(rows, test, pl, "tcp", size);
         if (!r && !t) continue;
         auto val = [](const Row* x, const char* k) {
           return x && x->v.count(k) ? x->v.at(k) : NAN;
         };
-        double ratio = test == "latency" ? val(r, "p50_us") / val(t, "p50_us")
-                                         : val(r, "msg_per_s") / val(t, "msg_per_s");
-        printf("%-8s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f\n", test.c_str(),
+        double ratio = test != "rate" ? val(r, "p50_us") / val(t, "p50_us")
+                                      : val(r, "msg_per_s") / val(t, "msg_per_s");
+        printf("%-12s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f\n", test.c_str(),
                pl.c_str(), SizeName(size).c_str(), val(r, "p50_us"), val(t, "p50_us"),
                val(r, "msg_per_s"), val(t, "msg_per_s"), val(r, "mb_per_s"), ratio);
       }
@@ -1299,16 +1335,19 @@ void PrintSummary(const Options& o, const std::vector<Row>& rows,
 int Usage() {
   fprintf(stderr,
           "usage: rds-bench --preload LIB [--seconds S] [--lat-sizes LIST] [--rate-sizes LIST]\n"
-          "                 [--placements host,netns] [--cpus split|same|none]\n"
+          "                 [--poll-lat-sizes LIST] [--placements host,netns]\n"
+          "                 [--cpus split|same|none]\n"
           "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
           "                 [--scale-peers P] [--scale-wait auto|epoll|poll] [--csv FILE]\n"
           "                 [--plot FILE.png|''] [--tcp-congestion NAME]\n"
           "  LIST: comma-separated sizes such as 64,1K,64K,1M ('' skips that measurement).\n"
           "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, server on cpu0\n"
-          "  and client on cpu1, an idle process with 1000 bound sockets (--idle-sockets 0:\n"
-          "  none), and the scale run: one process with 10000 sockets echoing to 64 peer\n"
-          "  processes, same host (--scale-sockets 0: none), waiting with epoll if the fd\n"
-          "  limit allows two fds per socket, else with poll (--scale-wait).\n"
+          "  and client on cpu1; the ping-pong again at 64 B with every receive preceded by\n"
+          "  poll() (--poll-lat-sizes, rds-stress's wait), an idle process with 1000 bound\n"
+          "  sockets (--idle-sockets 0: none), and the scale run: one process with 10000\n"
+          "  sockets echoing to 64 peer processes, same host (--scale-sockets 0: none),\n"
+          "  waiting with epoll if the fd limit allows two fds per socket, else with poll\n"
+          "  (--scale-wait).\n"
           "  --tcp-congestion: the congestion control of the raw TCP baseline and of the\n"
           "  shim's TCP links alike (default: the host's, net.ipv4.tcp_congestion_control).\n");
   return 2;
@@ -1352,7 +1391,7 @@ int main(int argc, char** argv) {
     else if (key == "--tcp-congestion") o.tcp_congestion = w.tcp_congestion = val;
     else if (key == "--csv") o.csv = val;
     else if (key == "--plot") o.plot = val;
-    else if (key == "--lat-sizes" || key == "--rate-sizes") {
+    else if (key == "--lat-sizes" || key == "--rate-sizes" || key == "--poll-lat-sizes") {
       std::vector<size_t> sizes;
       for (const std::string& s : Split(val, ',')) {
         if (!s.empty()) sizes.push_back(ParseSize(s));
@@ -1363,7 +1402,9 @@ int main(int argc, char** argv) {
           return 2;
         }
       }
-      (key == "--lat-sizes" ? o.lat_sizes : o.rate_sizes) = sizes;
+      (key == "--lat-sizes" ? o.lat_sizes
+       : key == "--rate-sizes" ? o.rate_sizes
+                               : o.poll_lat_sizes) = sizes;
     } else {
       return Usage();
     }
@@ -1416,8 +1457,8 @@ int main(int argc, char** argv) {
       return Usage();
     }
     placements.push_back(pl);
-    for (const std::string& test : {std::string("latency"), std::string("rate")}) {
-      for (size_t size : test == "latency" ? o.lat_sizes : o.rate_sizes) {
+    for (const std::string& test : kTests) {
+      for (size_t size : SizesOf(o, test)) {
         for (const std::string& tr : o.transports) {
           Row row;
           row.placement = pl;
@@ -1428,7 +1469,7 @@ int main(int argc, char** argv) {
             failed = true;
             continue;
           }
-          if (test == "latency") {
+          if (test != "rate") {
             printf("p50 %.1f us, p99 %.1f us (%.0f round trips)\n", row.v["p50_us"],
                    row.v["p99_us"], row.v["count"]);
           } else {

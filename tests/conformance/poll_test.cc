@@ -14,6 +14,7 @@
 #include <sys/select.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "tests/conformance/rds_test_util.h"
 
@@ -382,6 +383,152 @@ TEST_F(Poll, PpollIsWokenByAnArrivingMessage) {
   ASSERT_EQ(SendTo(s_.get(), std::string("w"), to_), 1);
   ASSERT_TRUE(call.WaitFor(kPromptMs + 6000));
   EXPECT_TRUE(call.rc() & POLLIN) << call.rc();
+}
+
+// ---- a blocked poll runs the engine itself (DESIGN.md §2.3) -----------------------------------
+//
+// While it sleeps, a thread blocked in poll/ppoll/select on an RDS socket runs the engine's event
+// loop (shim_poll_waits_driven counts those waits); one thread at a time does, others sleep as
+// before. The calls keep the kernel's signal behaviour: any handler ends them with EINTR
+// (poll and select are never restarted, signal(7)), and ppoll waits with the caller's mask.
+
+// A poll that blocks drives the event loop and returns when the message arrives.
+TEST_F(Poll, BlockedPollRunsTheEventLoopAndIsWokenByTheMessage) {
+  ASSERT_NO_FATAL_FAILURE(SetUpPair());
+  ConsumeCongestionPollEvent(r_.get());
+  const uint64_t before = ReadCounter("shim_poll_waits_driven");
+  int rfd = r_.get();
+  AsyncCall call([rfd] {
+    pollfd p{rfd, POLLIN, 0};
+    long n = ::poll(&p, 1, 6000);
+    return n == 1 ? static_cast<long>(p.revents) : -100 - n;
+  });
+  LetItBlock();
+  ASSERT_FALSE(call.done()) << "poll returned " << call.rc() << " with nothing queued";
+  EXPECT_GT(ReadCounter("shim_poll_waits_driven"), before) << "the blocked poll did not drive";
+  ASSERT_EQ(SendTo(s_.get(), std::string("wake"), to_), 4);
+  ASSERT_TRUE(call.WaitFor(kPromptMs));
+  EXPECT_TRUE(call.rc() & POLLIN) << call.rc();
+}
+
+// Two threads blocked in poll on two sockets: one drives, the other sleeps; each is woken by
+// its own message alone, whichever comes first.
+TEST_F(Poll, TwoBlockedPollsAreEachWokenByTheirMessage) {
+  ASSERT_NO_FATAL_FAILURE(SetUpPair());
+  Pair q = MakePair();
+  ASSERT_TRUE(q.ok());
+  struct Receiver {
+    int r, s;
+    sockaddr_in to;
+  };
+  const Receiver rx[2] = {{r_.get(), s_.get(), to_}, {q.r.get(), q.s.get(), q.to}};
+  auto poller = [](int fd) {
+    return [fd] {
+      pollfd p{fd, POLLIN, 0};
+      long n = ::poll(&p, 1, 8000);
+      return n == 1 ? static_cast<long>(p.revents) : -100 - n;
+    };
+  };
+  for (int first : {1, 0}) {
+    SCOPED_TRACE(first == 1 ? "the later poll woken first" : "the earlier poll woken first");
+    for (const Receiver& x : rx) ConsumeCongestionPollEvent(x.r);
+    AsyncCall p0(poller(rx[0].r));
+    AsyncCall p1(poller(rx[1].r));
+    AsyncCall* calls[2] = {&p0, &p1};
+    LetItBlock();
+    ASSERT_FALSE(p0.done());
+    ASSERT_FALSE(p1.done());
+    const int order[2] = {first, 1 - first};
+    for (int k = 0; k < 2; ++k) {
+      const Receiver& x = rx[order[k]];
+      ASSERT_EQ(SendTo(x.s, std::string("w"), x.to), 1);
+      ASSERT_TRUE(calls[order[k]]->WaitFor(kPromptMs)) << "poll " << order[k] << " stayed";
+      EXPECT_TRUE(calls[order[k]]->rc() & POLLIN) << calls[order[k]]->rc();
+      if (k == 0) {
+        EXPECT_FALSE(calls[1 - first]->done())
+            << "the other poll returned " << calls[1 - first]->rc();
+      }
+    }
+    for (const Receiver& x : rx) ASSERT_GE(RecvWithin(x.r).n, 0);
+  }
+}
+
+// A handler ends a blocked poll with EINTR, with or without SA_RESTART; the socket works after.
+TEST_F(Poll, BlockedPollGivesEintrAfterAnyHandler) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
+  ASSERT_NO_FATAL_FAILURE(SetUpPair());
+  ConsumeCongestionPollEvent(r_.get());
+  for (bool restart : {true, false}) {
+    SCOPED_TRACE(restart ? "SA_RESTART" : "no SA_RESTART");
+    ScopedSignalHandler h(SIGUSR1, restart);
+    ScopedAlarmRestartFlag alarm_flag(restart);  // uniform dispositions, as a driving recv needs
+    int rfd = r_.get();
+    AsyncCall call([rfd] {
+      pollfd p{rfd, POLLIN, 0};
+      return static_cast<long>(::poll(&p, 1, 6000));
+    });
+    LetItBlock();
+    ASSERT_FALSE(call.done());
+    pthread_kill(call.handle(), SIGUSR1);
+    ASSERT_TRUE(call.WaitFor(kPromptMs)) << "the signal did not end the poll";
+    EXPECT_EQ(call.rc(), -1);
+    EXPECT_EQ(call.err(), EINTR) << ErrnoName(call.err());
+    EXPECT_EQ(ScopedSignalHandler::count().load(), 1);
+  }
+  ASSERT_NO_FATAL_FAILURE(Deliver("after"));
+  EXPECT_EQ(PollOne(r_.get(), POLLIN, 1000) & POLLIN, POLLIN);
+}
+
+// ppoll waits with the mask it is given: a signal it blocks stays pending until ppoll returns
+// (then the handler runs), a signal it unblocks (blocked in the thread otherwise) ends it.
+TEST_F(Poll, BlockedPpollWaitsWithTheCallersSignalMask) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
+  ASSERT_NO_FATAL_FAILURE(SetUpPair());
+  ConsumeCongestionPollEvent(r_.get());
+  ScopedSignalHandler h(SIGUSR1, /*restart=*/true);
+  int rfd = r_.get();
+  {
+    AsyncCall call([rfd] {
+      sigset_t during;
+      sigemptyset(&during);
+      sigaddset(&during, SIGUSR1);
+      pollfd p{rfd, POLLIN, 0};
+      timespec ts{6, 0};
+      long n = ::ppoll(&p, 1, &ts, &during);
+      return n == 1 ? static_cast<long>(p.revents) : -100 - n;
+    });
+    LetItBlock();
+    ASSERT_FALSE(call.done());
+    pthread_kill(call.handle(), SIGUSR1);
+    EXPECT_FALSE(call.WaitFor(400)) << "a signal blocked by ppoll's mask ended it: "
+                                    << call.rc() << " " << ErrnoName(call.err());
+    EXPECT_EQ(ScopedSignalHandler::count().load(), 0) << "the handler ran inside ppoll";
+    ASSERT_EQ(SendTo(s_.get(), std::string("m"), to_), 1);
+    ASSERT_TRUE(call.WaitFor(kPromptMs));
+    EXPECT_TRUE(call.rc() & POLLIN) << call.rc();
+    // Pending until ppoll restored the thread's own mask.
+    for (int i = 0; i < 100 && ScopedSignalHandler::count().load() == 0; ++i) SleepMs(10);
+    EXPECT_EQ(ScopedSignalHandler::count().load(), 1);
+  }
+  ASSERT_GE(RecvWithin(r_.get()).n, 0);
+  ConsumeCongestionPollEvent(r_.get());
+  AsyncCall call([rfd] {
+    sigset_t blocked, during;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+    sigemptyset(&during);
+    pollfd p{rfd, POLLIN, 0};
+    timespec ts{6, 0};
+    return static_cast<long>(::ppoll(&p, 1, &ts, &during));
+  });
+  LetItBlock();
+  ASSERT_FALSE(call.done());
+  pthread_kill(call.handle(), SIGUSR1);
+  ASSERT_TRUE(call.WaitFor(kPromptMs)) << "a signal unblocked by ppoll's mask did not end it";
+  EXPECT_EQ(call.rc(), -1);
+  EXPECT_EQ(call.err(), EINTR) << ErrnoName(call.err());
+  EXPECT_EQ(ScopedSignalHandler::count().load(), 2);
 }
 
 TEST_F(Poll, SelectReportsReadableWhenAMessageIsQueued) {

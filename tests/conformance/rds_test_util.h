@@ -585,6 +585,80 @@ class ScopedSignalHandler {
 // Gives a thread that has just entered a blocking call time to actually block in it.
 inline void LetItBlock() { SleepMs(300); }
 
+// The value of one RDS_INFO_COUNTERS counter of this process.
+inline uint64_t ReadCounter(const char* name) {
+  Fd s = RdsSocket();
+  if (!s.ok()) return 0;
+  std::vector<rds_info_counter> buf(512);
+  socklen_t len = static_cast<socklen_t>(buf.size() * sizeof(rds_info_counter));
+  if (::getsockopt(s.get(), SOL_RDS, RDS_INFO_COUNTERS, buf.data(), &len) < 0) return 0;
+  for (size_t i = 0; i < len / sizeof(rds_info_counter); ++i) {
+    if (strncmp(reinterpret_cast<const char*>(buf[i].name), name, sizeof(buf[i].name)) == 0) {
+      return buf[i].value;
+    }
+  }
+  ADD_FAILURE() << "no counter " << name;
+  return 0;
+}
+
+// Gives the harness's SIGALRM watchdog handler SA_RESTART or not, for the test's duration.
+class ScopedAlarmRestartFlag {
+ public:
+  explicit ScopedAlarmRestartFlag(bool restart) {
+    sigaction(SIGALRM, nullptr, &old_);
+    struct sigaction sa = old_;
+    sa.sa_flags = restart ? (old_.sa_flags | SA_RESTART) : (old_.sa_flags & ~SA_RESTART);
+    sigaction(SIGALRM, &sa, nullptr);
+  }
+  ~ScopedAlarmRestartFlag() { sigaction(SIGALRM, &old_, nullptr); }
+  ScopedAlarmRestartFlag(const ScopedAlarmRestartFlag&) = delete;
+  ScopedAlarmRestartFlag& operator=(const ScopedAlarmRestartFlag&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
+
+// How a blocked recvmsg waits (DESIGN.md §2.2): sleeping on its timerfd (the kernel
+// decides restart or EINTR) or driving the engine's event loop in epoll_pwait (the shim decides,
+// from the process's signal dispositions). Signal tests run both, chosen through the
+// dispositions: the test's SIGUSR1 handler and the harness's SIGALRM watchdog get the same
+// SA_RESTART flag (uniform: the thread drives) or opposite ones (mixed: it sleeps).
+enum class WaitPath { kSleeping, kDriving };
+
+inline std::string WaitPathName(const testing::TestParamInfo<WaitPath>& info) {
+  return info.param == WaitPath::kDriving ? "Driving" : "Sleeping";
+}
+
+// Installs a counting SIGUSR1 handler (SA_RESTART per `restart`) and the dispositions that
+// select `path`; `counter` (shim_recv_waits_driven) proves afterwards which path the blocked
+// call took.
+class SignalWaitPath {
+ public:
+  SignalWaitPath(WaitPath path, bool restart, const char* counter)
+      : path_(path),
+        counter_(counter),
+        handler_(SIGUSR1, restart),
+        alarm_flag_(path == WaitPath::kDriving ? restart : !restart),
+        before_(ReadCounter(counter)) {}
+
+  void ExpectTaken(const char* call) {
+    uint64_t driven = ReadCounter(counter_) - before_;
+    if (path_ == WaitPath::kDriving) {
+      EXPECT_GT(driven, 0u) << "the blocked " << call << " did not drive the event loop";
+    } else {
+      EXPECT_EQ(driven, 0u) << "the blocked " << call << " drove the event loop with mixed "
+                            << "handlers";
+    }
+  }
+
+ private:
+  WaitPath path_;
+  const char* counter_;
+  ScopedSignalHandler handler_;
+  ScopedAlarmRestartFlag alarm_flag_;
+  uint64_t before_;
+};
+
 // Uses up every fd this process may open (RLIMIT_NOFILE lowered to just above the fds open
 // now, the rest filled with /dev/null) until destroyed; Free() gives `n` back.
 class FdsExhausted {

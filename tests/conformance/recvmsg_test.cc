@@ -666,70 +666,17 @@ TEST(Recvmsg, RecvmsgNonblockingDeliversAPendingZerocopyCompletion) {
 // epoll_pwait (the shim decides, from the process's signal dispositions). Which one happens is
 // chosen through the dispositions: the test's SIGUSR1 handler and the harness's SIGALRM watchdog
 // get the same SA_RESTART flag (uniform: the thread drives) or opposite ones (mixed: it sleeps).
-// The shim_recv_waits_driven counter proves which path ran.
-
-enum class WaitPath { kSleeping, kDriving };
-
-std::string WaitPathName(const testing::TestParamInfo<WaitPath>& info) {
-  return info.param == WaitPath::kDriving ? "Driving" : "Sleeping";
-}
-
-// The value of one RDS_INFO_COUNTERS counter of this process.
-uint64_t ReadCounter(const char* name) {
-  Fd s = RdsSocket();
-  if (!s.ok()) return 0;
-  std::vector<rds_info_counter> buf(512);
-  socklen_t len = static_cast<socklen_t>(buf.size() * sizeof(rds_info_counter));
-  if (::getsockopt(s.get(), SOL_RDS, RDS_INFO_COUNTERS, buf.data(), &len) < 0) return 0;
-  for (size_t i = 0; i < len / sizeof(rds_info_counter); ++i) {
-    if (strncmp(reinterpret_cast<const char*>(buf[i].name), name, sizeof(buf[i].name)) == 0) {
-      return buf[i].value;
-    }
-  }
-  ADD_FAILURE() << "no counter " << name;
-  return 0;
-}
-
-// Gives the harness's SIGALRM watchdog handler SA_RESTART or not, for the test's duration.
-class ScopedAlarmRestartFlag {
- public:
-  explicit ScopedAlarmRestartFlag(bool restart) {
-    sigaction(SIGALRM, nullptr, &old_);
-    struct sigaction sa = old_;
-    sa.sa_flags = restart ? (old_.sa_flags | SA_RESTART) : (old_.sa_flags & ~SA_RESTART);
-    sigaction(SIGALRM, &sa, nullptr);
-  }
-  ~ScopedAlarmRestartFlag() { sigaction(SIGALRM, &old_, nullptr); }
-  ScopedAlarmRestartFlag(const ScopedAlarmRestartFlag&) = delete;
-  ScopedAlarmRestartFlag& operator=(const ScopedAlarmRestartFlag&) = delete;
-
- private:
-  struct sigaction old_ {};
-};
+// The shim_recv_waits_driven counter proves which path ran (SignalWaitPath).
 
 class RecvmsgSignal : public testing::TestWithParam<WaitPath> {
  protected:
   // Installs the SIGUSR1 handler and arranges the wait path; call first.
-  void Handle(bool restart) {
-    handler_.emplace(SIGUSR1, restart);
-    const bool uniform = GetParam() == WaitPath::kDriving;
-    alarm_flag_.emplace(uniform ? restart : !restart);
-    driven_before_ = ReadCounter("shim_recv_waits_driven");
-  }
+  void Handle(bool restart) { path_.emplace(GetParam(), restart, "shim_recv_waits_driven"); }
   // After the blocking call returned: the path it took was the one asked for.
-  void ExpectPath() {
-    uint64_t driven = ReadCounter("shim_recv_waits_driven") - driven_before_;
-    if (GetParam() == WaitPath::kDriving) {
-      EXPECT_GT(driven, 0u) << "the blocked recvmsg did not drive the event loop";
-    } else {
-      EXPECT_EQ(driven, 0u) << "the blocked recvmsg drove the event loop with mixed handlers";
-    }
-  }
+  void ExpectPath() { path_->ExpectTaken("recvmsg"); }
 
  private:
-  std::optional<ScopedSignalHandler> handler_;
-  std::optional<ScopedAlarmRestartFlag> alarm_flag_;
-  uint64_t driven_before_ = 0;
+  std::optional<SignalWaitPath> path_;
 };
 
 INSTANTIATE_TEST_SUITE_P(BothWaitPaths, RecvmsgSignal,
