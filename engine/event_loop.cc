@@ -470,7 +470,7 @@ std::optional<int> EventLoop::PollDriving(struct pollfd* fds, nfds_t n,
     LockRun();
     pollers_.fetch_sub(1, std::memory_order_seq_cst);
     if (r < 0) {
-      result = -1;  // EINTR (a handler ran), or the caller's set is at fault (EINVAL, ENOMEM)
+      result = -1;  // EINTR (a handler ran), ENOMEM, or EINVAL (below)
       break;
     }
     // The loop's events are handled even when the caller's fds end the wait:
@@ -489,6 +489,9 @@ std::optional<int> EventLoop::PollDriving(struct pollfd* fds, nfds_t n,
     for (nfds_t i = 0; i < n; ++i) fds[i].revents = 0;
   }
   EndDriving(wakes, app_mask);
+  // EINVAL may be the set's one extra entry (more than RLIMIT_NOFILE): the
+  // caller's own ppoll decides.
+  if (result < 0 && err == EINVAL) return std::nullopt;
   if (result < 0) errno = err;
   return result;
 }

@@ -104,9 +104,10 @@ class EventLoop {
   // loop meanwhile (the wait of the interposed poll and select). `waiter` is
   // the caller's and its fd is among `fds`: a wake-up of it that this thread
   // causes itself while running the loop ends the call at once with 0 and no
-  // revents set (the caller re-evaluates its RDS sockets). nullopt, with
-  // nothing done, if it cannot drive now (another thread drives, driving is
-  // off): the caller polls by itself.
+  // revents set (the caller re-evaluates its RDS sockets). nullopt if it
+  // cannot drive now (another thread drives, driving is off: nothing done) or
+  // ppoll refused the set with its one extra fd (EINVAL, as for more fds than
+  // RLIMIT_NOFILE): the caller then polls by itself.
   std::optional<int> PollDriving(struct pollfd* fds, nfds_t n, const struct timespec* timeout,
                                  const sigset_t* mask, Waiter& waiter);
 

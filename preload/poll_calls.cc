@@ -45,16 +45,24 @@ short RdsRevents(const FdEntry& e, short events) {
 // The shared core. `timeout` null: infinite.
 int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask) {
   std::vector<RdsPollFd> rds_fds;
+  std::vector<nfds_t> others;  // the entries the kernel polls, by index in fds
   for (nfds_t i = 0; i < n; ++i) {
-    if (!rds::preload::MaybeRds(fds[i].fd)) continue;
-    if (auto e = rds::preload::Lookup(fds[i].fd)) rds_fds.push_back({i, std::move(e)});
+    if (rds::preload::MaybeRds(fds[i].fd)) {
+      if (auto e = rds::preload::Lookup(fds[i].fd)) {
+        rds_fds.push_back({i, std::move(e)});
+        continue;
+      }
+    }
+    others.push_back(i);
   }
   if (rds_fds.empty()) return rds::real::ppoll(fds, n, timeout, mask);
 
   std::optional<absl::Time> deadline;
   if (timeout != nullptr) deadline = absl::Now() + absl::DurationFromTimespec(*timeout);
   rds::Waiter& waiter = rds::Waiter::ForThisThread();
-  std::vector<pollfd> kernel(n + 1);
+  // Never more entries than the caller's (RLIMIT_NOFILE bounds nfds): the RDS
+  // ones are left out, our wake-up fd is added.
+  std::vector<pollfd> kernel(others.size() + 1);
   int saved = errno;
   for (;;) {
     bool watch_cong = false;
@@ -74,15 +82,7 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     }
     // The kernel's view of everything else, plus our wake-up fd.
     nfds_t k = 0;
-    size_t next_rds = 0;
-    for (nfds_t i = 0; i < n; ++i) {
-      if (next_rds < rds_fds.size() && rds_fds[next_rds].index == i) {
-        kernel[k++] = {-1, 0, 0};  // ignored by the kernel
-        ++next_rds;
-      } else {
-        kernel[k++] = fds[i];
-      }
-    }
+    for (nfds_t i : others) kernel[k++] = {fds[i].fd, fds[i].events, 0};
     kernel[k++] = {waiter.fd(), POLLIN, 0};
     struct timespec zero = {0, 0};
     struct timespec left;
@@ -110,14 +110,9 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
       errno = err;
       return -1;
     }
-    next_rds = 0;
-    for (nfds_t i = 0; i < n; ++i) {
-      if (next_rds < rds_fds.size() && rds_fds[next_rds].index == i) {
-        ++next_rds;
-        continue;
-      }
-      fds[i].revents = kernel[i].revents;
-      if (fds[i].revents) ++ready;
+    for (size_t j = 0; j < others.size(); ++j) {
+      fds[others[j]].revents = kernel[j].revents;
+      if (kernel[j].revents) ++ready;
     }
     if (kernel[k - 1].revents) waiter.Reset();
     if (ready > 0) {

@@ -453,6 +453,37 @@ TEST_F(Poll, TwoBlockedPollsAreEachWokenByTheirMessage) {
   }
 }
 
+// poll accepts as many entries as RLIMIT_NOFILE; the driving wait's one extra (the engine's
+// epoll fd) must not turn that into EINVAL.
+TEST_F(Poll, PollWithAsManyEntriesAsTheFdLimitStillWaits) {
+  ASSERT_NO_FATAL_FAILURE(SetUpPair());
+  ConsumeCongestionPollEvent(r_.get());
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  const rlim_t n = 256;
+  if (old.rlim_cur < n) GTEST_SKIP() << "RLIMIT_NOFILE below " << n;
+  rlimit low = old;
+  low.rlim_cur = n;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<pollfd> p(n, pollfd{-1, 0, 0});
+  p[0] = {r_.get(), POLLIN, 0};
+  auto t0 = Clock::now();
+  int rc = ::poll(p.data(), n, 200);
+  int err = errno;
+  long ms = ElapsedMs(t0);
+  setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(rc, 0) << ErrnoName(err);
+  EXPECT_GE(ms, 150);
+  // One more entry than the limit is the kernel's EINVAL, as without the shim.
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  p.push_back({-1, 0, 0});
+  rc = ::poll(p.data(), n + 1, 100);
+  err = errno;
+  setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(rc, -1);
+  EXPECT_EQ(err, EINVAL) << ErrnoName(err);
+}
+
 // A handler ends a blocked poll with EINTR, with or without SA_RESTART; the socket works after.
 TEST_F(Poll, BlockedPollGivesEintrAfterAnyHandler) {
   RDS_SKIP_UNDER_TSAN("signal delivery");
