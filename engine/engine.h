@@ -87,12 +87,12 @@ class Engine {
   // message (engine/direct_receive.h).
   absl::Status WaitDriving(Waiter& waiter, std::optional<absl::Time> deadline,
                            RdsSocket* rs = nullptr, DirectReceive* direct = nullptr);
-  // The blocking wait of the interposed poll and select: ppoll(2) over `fds`
-  // (which include `waiter`'s fd), running the event loop meanwhile when it
-  // can; nullopt when it cannot (EventLoop::PollDriving).
+  // The blocking wait of the interposed poll, select and epoll waits:
+  // ppoll(2) over `fds`, running the event loop meanwhile when it can;
+  // nullopt when it cannot (EventLoop::PollDriving).
   std::optional<int> PollDriving(struct pollfd* fds, nfds_t n, const struct timespec* timeout,
-                                 const sigset_t* mask, Waiter& waiter) {
-    return loop_.PollDriving(fds, n, timeout, mask, waiter);
+                                 const sigset_t* mask, Waiter& waiter, stats::Counter counter) {
+    return loop_.PollDriving(fds, n, timeout, mask, waiter, counter);
   }
 
   // UEK RDS_CONN_RESET: drop the links of the connections from `src` to

@@ -427,12 +427,12 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
 
 std::optional<int> EventLoop::PollDriving(struct pollfd* fds, nfds_t n,
                                           const struct timespec* timeout, const sigset_t* mask,
-                                          Waiter& waiter) {
+                                          Waiter& waiter, stats::Counter counter) {
   if (lease_ <= absl::ZeroDuration()) return std::nullopt;
   std::optional<absl::Time> deadline;
   if (timeout != nullptr) deadline = absl::Now() + absl::DurationFromTimespec(*timeout);
   sigset_t app_mask;
-  if (!BeginDriving(&app_mask, stats::kShimPollWaitsDriven)) return std::nullopt;
+  if (!BeginDriving(&app_mask, counter)) return std::nullopt;
   // poll and select are never restarted after a handler (signal(7)): the
   // mask they wait with is the caller's, whatever the handlers' flags.
   const sigset_t* wait_mask = mask != nullptr ? mask : &app_mask;

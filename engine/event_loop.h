@@ -101,15 +101,16 @@ class EventLoop {
   // Any thread but the loop thread, with no locks held: ppoll(fds, n, timeout,
   // mask) with ppoll's results and signal behaviour (any handler ends it with
   // -1/EINTR; `mask` null: the thread's own mask while waiting), running the
-  // loop meanwhile (the wait of the interposed poll and select). `waiter` is
-  // the caller's and its fd is among `fds`: a wake-up of it that this thread
-  // causes itself while running the loop ends the call at once with 0 and no
-  // revents set (the caller re-evaluates its RDS sockets). nullopt if it
-  // cannot drive now (another thread drives, driving is off: nothing done) or
-  // ppoll refused the set with its one extra fd (EINVAL, as for more fds than
-  // RLIMIT_NOFILE): the caller then polls by itself.
+  // loop meanwhile (the wait of the interposed poll, select and epoll waits).
+  // `waiter` is the caller's (its fd among `fds` when other threads may wake
+  // it): a wake-up of it that this thread causes itself while running the
+  // loop ends the call at once with 0 and no revents set (the caller looks at
+  // its RDS sockets again). nullopt if it cannot drive now (another thread
+  // drives, driving is off: nothing done) or ppoll refused the set with its
+  // one extra fd (EINVAL, as for more fds than RLIMIT_NOFILE): the caller then
+  // polls by itself. `counter` counts the waits that drove.
   std::optional<int> PollDriving(struct pollfd* fds, nfds_t n, const struct timespec* timeout,
-                                 const sigset_t* mask, Waiter& waiter);
+                                 const sigset_t* mask, Waiter& waiter, stats::Counter counter);
 
   // True on a thread that holds the run lock (the loop thread in a round, or a
   // thread running inline or driving).

@@ -139,6 +139,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_tcp_payloads_spliced",
     "shim_recv_direct",
     "shim_poll_waits_driven",
+    "shim_epoll_waits_driven",
 };
 
 }  // namespace

@@ -87,6 +87,7 @@ enum Counter : int {
   kShimTcpPayloadsSpliced,   // payloads whose pages went into a TCP socket by reference
   kShimRecvDirect,           // messages read straight into the buffer of a waiting recvmsg
   kShimPollWaitsDriven,      // blocking poll/select waits that ran the event loop themselves
+  kShimEpollWaitsDriven,     // blocking epoll waits that ran the event loop themselves
   kNumCounters,
 };
 

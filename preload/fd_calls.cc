@@ -1,5 +1,5 @@
 // preload/fd_calls.cc — interposed descriptor calls: close, close_range,
-// closefrom, dup/dup2/dup3, fcntl, ioctl, epoll_ctl.
+// closefrom, dup/dup2/dup3, fcntl, ioctl.
 //
 // Internal fds (the engine's own) are invisible to the application: closing
 // or duplicating onto them fails with EBADF as if they were not open.
@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <stdarg.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
 
 #include <algorithm>
@@ -160,21 +159,6 @@ int ioctl(int fd, unsigned long request, ...) {
   auto e = Lookup(fd);
   if (!e) return rds::real::ioctl(fd, request, arg);
   return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Ioctl(rs, fd, request, arg); });
-}
-
-int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
-  int r = rds::real::epoll_ctl(epfd, op, fd, ev);
-  if (r == 0 && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
-    auto e = Lookup(fd);
-    if (e && e->state == FdEntry::State::kOwned && !rds::WatchWithEpoll(*e->socket, fd)) {
-      // Without its token sender the socket would never be reported: refuse,
-      // as the kernel does when it cannot allocate the watch.
-      if (op == EPOLL_CTL_ADD) rds::real::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-      errno = ENOMEM;
-      return -1;
-    }
-  }
-  return r;
 }
 
 }  // extern "C"

@@ -22,6 +22,10 @@ int RawCloseRange(unsigned int first, unsigned int last, int flags) {
   return static_cast<int>(syscall(SYS_close_range, first, last, flags));
 }
 
+int RawEpollPwait2(int ep, epoll_event* ev, int max, const struct timespec* t, const sigset_t* m) {
+  return static_cast<int>(syscall(SYS_epoll_pwait2, ep, ev, max, t, m, size_t{8}));
+}
+
 }  // namespace
 
 #define RDS_REAL(name, ...) static auto* fn = Next<decltype(::name)>(#name); return fn(__VA_ARGS__)
@@ -86,6 +90,15 @@ int pselect(int n, fd_set* r, fd_set* w, fd_set* e, const struct timespec* t, co
   RDS_REAL(pselect, n, r, w, e, t, m);
 }
 int epoll_ctl(int ep, int op, int fd, epoll_event* ev) { RDS_REAL(epoll_ctl, ep, op, fd, ev); }
+int epoll_wait(int ep, epoll_event* ev, int max, int t) { RDS_REAL(epoll_wait, ep, ev, max, t); }
+int epoll_pwait(int ep, epoll_event* ev, int max, int t, const sigset_t* m) {
+  RDS_REAL(epoll_pwait, ep, ev, max, t, m);
+}
+int epoll_pwait2(int ep, epoll_event* ev, int max, const struct timespec* t, const sigset_t* m) {
+  // glibc before 2.35 lacks the wrapper: the system call itself.
+  static auto* fn = Next<decltype(::epoll_pwait2)>("epoll_pwait2", &RawEpollPwait2);
+  return fn(ep, ev, max, t, m);
+}
 int fcntl(int fd, int cmd, long arg) {
   using Fn = int(int, int, ...);
   static auto* fn = Next<Fn>("fcntl64") ? Next<Fn>("fcntl64") : Next<Fn>("fcntl");

@@ -53,6 +53,10 @@ int select(int n, fd_set* r, fd_set* w, fd_set* e, struct timeval* timeout);
 int pselect(int n, fd_set* r, fd_set* w, fd_set* e, const struct timespec* timeout,
             const sigset_t* mask);
 int epoll_ctl(int epfd, int op, int fd, epoll_event* ev);
+int epoll_wait(int epfd, epoll_event* events, int max, int timeout);
+int epoll_pwait(int epfd, epoll_event* events, int max, int timeout, const sigset_t* mask);
+int epoll_pwait2(int epfd, epoll_event* events, int max, const struct timespec* timeout,
+                 const sigset_t* mask);
 int fcntl(int fd, int cmd, long arg);
 int ioctl(int fd, unsigned long request, void* arg);
 int dup(int fd);

@@ -5,8 +5,9 @@
 // For each placement (same host over loopback; two network-namespace hosts over a veth pair)
 // and each message size it runs, in one invocation and with the same process placement:
 //   * latency: a ping-pong between two processes, p50/p99/mean round trip;
-//   * latency-poll: the same, each receive preceded by a poll() for POLLIN on the socket, as
-//     rds-stress and rds-ping wait (--poll-lat-sizes, default 64 B only);
+//   * latency-poll, latency-epoll: the same, each receive preceded by a poll() for POLLIN on the
+//     socket, as rds-stress and rds-ping wait, or by an epoll_wait() on a set holding it, as
+//     event loops such as Python's asyncio wait (--poll-lat-sizes, default 64 B only);
 //   * rate: one sender process streams messages one way to one receiver process, one send call
 //     per message; messages/s and payload MB/s at the receiver;
 // once over AF_RDS through the preloaded shim and once over raw TCP carrying the same 48-byte
@@ -675,12 +676,28 @@ int ScalePeer(const WorkerArgs& a) {
 }
 
 // --wait=poll (latency-poll): a receiver sleeps in poll() until the socket is readable, then
-// receives (rds-stress's loop); otherwise the receive call itself blocks.
+// receives (rds-stress's loop); --wait=epoll (latency-epoll): in epoll_wait() on a set holding
+// the socket, level-triggered (an event loop's); otherwise the receive call itself blocks.
 void WaitReadable(const WorkerArgs& a, int fd) {
-  if (a.wait != "poll") return;
-  pollfd p = {fd, POLLIN, 0};
-  while (poll(&p, 1, -1) < 0) {
-    if (errno != EINTR) Die("poll");
+  if (a.wait == "poll") {
+    pollfd p = {fd, POLLIN, 0};
+    while (poll(&p, 1, -1) < 0) {
+      if (errno != EINTR) Die("poll");
+    }
+  } else if (a.wait == "epoll") {
+    static int epfd = -1, watched = -1;
+    if (watched != fd) {
+      if (epfd < 0 && (epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) Die("epoll_create1");
+      epoll_event ev = {};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) Die("epoll_ctl");
+      watched = fd;
+    }
+    epoll_event ev;
+    while (epoll_wait(epfd, &ev, 1, -1) < 0) {
+      if (errno != EINTR) Die("epoll_wait");
+    }
   }
 }
 
@@ -951,7 +968,7 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
              const Host& srv, const Host& cli, size_t size, Row* row) {
   int port = g_port++;
   bool rds = transport == "rds";
-  const bool ping_pong = test != "rate";  // latency, latency-poll
+  const bool ping_pong = test != "rate";  // latency, latency-poll, latency-epoll
   std::string server_role = transport + (ping_pong ? "-echo" : "-sink");
   std::string client_role = transport + (ping_pong ? "-ping" : "-source");
   int srv_cpu = o.cpus == "split" || o.cpus == "same" ? 0 : -1;
@@ -964,6 +981,7 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
         "--cpu=" + std::to_string(cpu)};
     if (!o.tcp_congestion.empty()) args.push_back("--tcp-congestion=" + o.tcp_congestion);
     if (test == "latency-poll") args.push_back("--wait=poll");
+    if (test == "latency-epoll") args.push_back("--wait=epoll");
     return args;
   };
   Worker server = Spawn(o, srv, rds, common(server_role, srv_cpu));
@@ -1254,9 +1272,10 @@ void WritePlot(const Options& o, const std::vector<Row>& rows,
 }
 
 // The measured tests, in order, and the sizes each runs at.
-const std::vector<std::string> kTests = {"latency", "latency-poll", "rate"};
+const std::vector<std::string> kTests = {"latency", "latency-poll", "latency-epoll", "rate"};
 const std::vector<size_t>& SizesOf(const Options& o, const std::string& test) {
-  return test == "latency" ? o.lat_sizes : test == "latency-poll" ? o.poll_lat_sizes : o.rate_sizes;
+  if (test == "latency") return o.lat_sizes;
+  return test == "rate" ? o.rate_sizes : o.poll_lat_sizes;
 }
 
 void PrintSummary(const Options& o, const std::vector<Row>& rows,
@@ -1343,11 +1362,11 @@ int Usage() {
           "  LIST: comma-separated sizes such as 64,1K,64K,1M ('' skips that measurement).\n"
           "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, server on cpu0\n"
           "  and client on cpu1; the ping-pong again at 64 B with every receive preceded by\n"
-          "  poll() (--poll-lat-sizes, rds-stress's wait), an idle process with 1000 bound\n"
-          "  sockets (--idle-sockets 0: none), and the scale run: one process with 10000\n"
-          "  sockets echoing to 64 peer processes, same host (--scale-sockets 0: none),\n"
-          "  waiting with epoll if the fd limit allows two fds per socket, else with poll\n"
-          "  (--scale-wait).\n"
+          "  poll() and by epoll_wait() (--poll-lat-sizes: rds-stress's and event loops'\n"
+          "  waits), an idle process with 1000 bound sockets (--idle-sockets 0: none), and\n"
+          "  the scale run: one process with 10000 sockets echoing to 64 peer processes,\n"
+          "  same host (--scale-sockets 0: none), waiting with epoll if the fd limit allows\n"
+          "  two fds per socket, else with poll (--scale-wait).\n"
           "  --tcp-congestion: the congestion control of the raw TCP baseline and of the\n"
           "  shim's TCP links alike (default: the host's, net.ipv4.tcp_congestion_control).\n");
   return 2;

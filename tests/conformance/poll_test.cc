@@ -14,6 +14,7 @@
 #include <sys/select.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "tests/conformance/rds_test_util.h"
@@ -67,6 +68,20 @@ std::string MaskStr(int m) {
 }
 
 #define EXPECT_MASK(got, want) EXPECT_EQ((got), (want)) << MaskStr(got) << " != " << MaskStr(want)
+
+// Runs `wait` (a call that blocks) on its own thread, signals that thread with SIGUSR1 (whose
+// handler the caller installed) and expects the call to end at once with EINTR, the handler
+// having run `handled` times in all.
+void ExpectEintrOnSignal(std::function<long()> wait, int handled) {
+  AsyncCall call(std::move(wait));
+  LetItBlock();
+  ASSERT_FALSE(call.done()) << "returned " << call.rc();
+  pthread_kill(call.handle(), SIGUSR1);
+  ASSERT_TRUE(call.WaitFor(kPromptMs)) << "the signal did not end the wait";
+  EXPECT_EQ(call.rc(), -1);
+  EXPECT_EQ(call.err(), EINTR) << ErrnoName(call.err());
+  EXPECT_EQ(ScopedSignalHandler::count().load(), handled);
+}
 
 // ---- poll(): masks ----------------------------------------------------------------------------
 
@@ -132,9 +147,11 @@ TEST_F(Poll, PollNeverReportsPollhupOrPollerr) {
   EXPECT_MASK(PollOne(s_.get(), kAllEvents, 0), kIdleMask);
 }
 
+// The blocked poll runs the engine's event loop meanwhile (shim_poll_waits_driven, §2.3).
 TEST_F(Poll, PollBlocksUntilAMessageArrives) {
   ASSERT_NO_FATAL_FAILURE(SetUpPair());
   ConsumeCongestionPollEvent(r_.get());
+  const uint64_t before = ReadCounter("shim_poll_waits_driven");
   int rfd = r_.get();
   auto t0 = Clock::now();
   AsyncCall call([rfd] {
@@ -144,6 +161,7 @@ TEST_F(Poll, PollBlocksUntilAMessageArrives) {
   });
   LetItBlock();
   EXPECT_FALSE(call.done()) << "poll returned " << call.rc() << " with nothing queued";
+  EXPECT_GT(ReadCounter("shim_poll_waits_driven"), before) << "the blocked poll did not drive";
   ASSERT_EQ(SendTo(s_.get(), std::string("wake"), to_), 4);
   ASSERT_TRUE(call.WaitFor(kPromptMs + 6000));
   EXPECT_LT(ElapsedMs(t0), kPromptMs + 1000) << "poll was not woken by the message";
@@ -392,25 +410,6 @@ TEST_F(Poll, PpollIsWokenByAnArrivingMessage) {
 // before. The calls keep the kernel's signal behaviour: any handler ends them with EINTR
 // (poll and select are never restarted, signal(7)), and ppoll waits with the caller's mask.
 
-// A poll that blocks drives the event loop and returns when the message arrives.
-TEST_F(Poll, BlockedPollRunsTheEventLoopAndIsWokenByTheMessage) {
-  ASSERT_NO_FATAL_FAILURE(SetUpPair());
-  ConsumeCongestionPollEvent(r_.get());
-  const uint64_t before = ReadCounter("shim_poll_waits_driven");
-  int rfd = r_.get();
-  AsyncCall call([rfd] {
-    pollfd p{rfd, POLLIN, 0};
-    long n = ::poll(&p, 1, 6000);
-    return n == 1 ? static_cast<long>(p.revents) : -100 - n;
-  });
-  LetItBlock();
-  ASSERT_FALSE(call.done()) << "poll returned " << call.rc() << " with nothing queued";
-  EXPECT_GT(ReadCounter("shim_poll_waits_driven"), before) << "the blocked poll did not drive";
-  ASSERT_EQ(SendTo(s_.get(), std::string("wake"), to_), 4);
-  ASSERT_TRUE(call.WaitFor(kPromptMs));
-  EXPECT_TRUE(call.rc() & POLLIN) << call.rc();
-}
-
 // Two threads blocked in poll on two sockets: one drives, the other sleeps; each is woken by
 // its own message alone, whichever comes first.
 TEST_F(Poll, TwoBlockedPollsAreEachWokenByTheirMessage) {
@@ -494,17 +493,12 @@ TEST_F(Poll, BlockedPollGivesEintrAfterAnyHandler) {
     ScopedSignalHandler h(SIGUSR1, restart);
     ScopedAlarmRestartFlag alarm_flag(restart);  // uniform dispositions, as a driving recv needs
     int rfd = r_.get();
-    AsyncCall call([rfd] {
-      pollfd p{rfd, POLLIN, 0};
-      return static_cast<long>(::poll(&p, 1, 6000));
-    });
-    LetItBlock();
-    ASSERT_FALSE(call.done());
-    pthread_kill(call.handle(), SIGUSR1);
-    ASSERT_TRUE(call.WaitFor(kPromptMs)) << "the signal did not end the poll";
-    EXPECT_EQ(call.rc(), -1);
-    EXPECT_EQ(call.err(), EINTR) << ErrnoName(call.err());
-    EXPECT_EQ(ScopedSignalHandler::count().load(), 1);
+    ExpectEintrOnSignal(
+        [rfd] {
+          pollfd p{rfd, POLLIN, 0};
+          return static_cast<long>(::poll(&p, 1, 6000));
+        },
+        1);
   }
   ASSERT_NO_FATAL_FAILURE(Deliver("after"));
   EXPECT_EQ(PollOne(r_.get(), POLLIN, 1000) & POLLIN, POLLIN);
@@ -543,23 +537,19 @@ TEST_F(Poll, BlockedPpollWaitsWithTheCallersSignalMask) {
   }
   ASSERT_GE(RecvWithin(r_.get()).n, 0);
   ConsumeCongestionPollEvent(r_.get());
-  AsyncCall call([rfd] {
-    sigset_t blocked, during;
-    sigemptyset(&blocked);
-    sigaddset(&blocked, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
-    sigemptyset(&during);
-    pollfd p{rfd, POLLIN, 0};
-    timespec ts{6, 0};
-    return static_cast<long>(::ppoll(&p, 1, &ts, &during));
-  });
-  LetItBlock();
-  ASSERT_FALSE(call.done());
-  pthread_kill(call.handle(), SIGUSR1);
-  ASSERT_TRUE(call.WaitFor(kPromptMs)) << "a signal unblocked by ppoll's mask did not end it";
-  EXPECT_EQ(call.rc(), -1);
-  EXPECT_EQ(call.err(), EINTR) << ErrnoName(call.err());
-  EXPECT_EQ(ScopedSignalHandler::count().load(), 2);
+  // A signal the thread blocks but ppoll's mask does not ends it.
+  ExpectEintrOnSignal(
+      [rfd] {
+        sigset_t blocked, during;
+        sigemptyset(&blocked);
+        sigaddset(&blocked, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+        sigemptyset(&during);
+        pollfd p{rfd, POLLIN, 0};
+        timespec ts{6, 0};
+        return static_cast<long>(::ppoll(&p, 1, &ts, &during));
+      },
+      2);
 }
 
 TEST_F(Poll, SelectReportsReadableWhenAMessageIsQueued) {
@@ -741,9 +731,11 @@ TEST_F(Epoll, EpollEdgeTriggeredReportsOneEventPerArrival) {
   EXPECT_EQ(RecvWithin(r_.get()).data, "e2");
 }
 
+// The blocked wait runs the engine's event loop meanwhile (shim_epoll_waits_driven, §2.3).
 TEST_F(Epoll, EpollWaitBlocksUntilAMessageArrives) {
   ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
   DrainInitial();
+  const uint64_t before = ReadCounter("shim_epoll_waits_driven");
   int ep = ep_.get();
   AsyncCall call([ep] {
     epoll_event ev[2];
@@ -751,10 +743,129 @@ TEST_F(Epoll, EpollWaitBlocksUntilAMessageArrives) {
     return n == 1 ? static_cast<long>(ev[0].events) : -100 - n;
   });
   LetItBlock();
-  EXPECT_FALSE(call.done());
+  ASSERT_FALSE(call.done()) << "returned " << call.rc();
+  EXPECT_GT(ReadCounter("shim_epoll_waits_driven"), before) << "the blocked wait did not drive";
   ASSERT_EQ(SendTo(s_.get(), std::string("w"), to_), 1);
-  ASSERT_TRUE(call.WaitFor(kPromptMs + 6000));
+  ASSERT_TRUE(call.WaitFor(kPromptMs));
   EXPECT_TRUE(call.rc() & EPOLLIN) << call.rc();
+}
+
+// ---- a blocked epoll wait runs the engine itself (DESIGN.md §2.3) ----------------------------
+//
+// A wait on an epoll set holding an RDS socket that must block runs the engine's event loop,
+// keeping epoll_wait's results, timeout and signal behaviour.
+
+TEST_F(Epoll, DrivingEpollWaitKeepsItsTimeout) {
+  ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
+  DrainInitial();
+  const uint64_t before = ReadCounter("shim_epoll_waits_driven");
+  epoll_event ev[2];
+  auto t0 = Clock::now();
+  EXPECT_EQ(Wait(ev, 2, 250), 0) << ErrnoName(errno);
+  EXPECT_GE(ElapsedMs(t0), 200);
+  EXPECT_GT(ReadCounter("shim_epoll_waits_driven"), before);
+  // epoll_pwait2's nanosecond timeout too.
+  timespec ts{0, 150 * 1000 * 1000};
+  t0 = Clock::now();
+  EXPECT_EQ(epoll_pwait2(ep_.get(), ev, 2, &ts, nullptr), 0) << ErrnoName(errno);
+  EXPECT_GE(ElapsedMs(t0), 120);
+}
+
+TEST_F(Epoll, DrivingEpollWaitIsWokenByAnOrdinaryDescriptorInTheSet) {
+  ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
+  int pfd[2];
+  ASSERT_EQ(pipe(pfd), 0);
+  Fd prd(pfd[0]), pwr(pfd[1]);
+  ASSERT_NO_FATAL_FAILURE(Add(prd.get(), EPOLLIN));
+  DrainInitial();
+  int ep = ep_.get();
+  AsyncCall call([ep] {
+    epoll_event ev[2];
+    long n = epoll_wait(ep, ev, 2, 6000);
+    return n == 1 ? static_cast<long>(ev[0].data.fd) : -100 - n;
+  });
+  LetItBlock();
+  ASSERT_FALSE(call.done());
+  ASSERT_EQ(::write(pwr.get(), "p", 1), 1);
+  ASSERT_TRUE(call.WaitFor(kPromptMs));
+  EXPECT_EQ(call.rc(), prd.get());
+}
+
+TEST_F(Epoll, BlockedEpollWaitGivesEintrAfterAnyHandler) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
+  ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
+  DrainInitial();
+  for (bool restart : {true, false}) {
+    SCOPED_TRACE(restart ? "SA_RESTART" : "no SA_RESTART");
+    ScopedSignalHandler h(SIGUSR1, restart);
+    ScopedAlarmRestartFlag alarm_flag(restart);
+    int ep = ep_.get();
+    ExpectEintrOnSignal(
+        [ep] {
+          epoll_event ev[2];
+          return static_cast<long>(epoll_wait(ep, ev, 2, 6000));
+        },
+        1);
+  }
+}
+
+// epoll_pwait waits with the mask it is given: a signal it blocks stays pending until it returns.
+TEST_F(Epoll, BlockedEpollPwaitWaitsWithTheCallersSignalMask) {
+  RDS_SKIP_UNDER_TSAN("signal delivery");
+  ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
+  DrainInitial();
+  ScopedSignalHandler h(SIGUSR1, /*restart=*/true);
+  int ep = ep_.get();
+  AsyncCall call([ep] {
+    sigset_t during;
+    sigemptyset(&during);
+    sigaddset(&during, SIGUSR1);
+    epoll_event ev[2];
+    long n = epoll_pwait(ep, ev, 2, 6000, &during);
+    return n == 1 ? static_cast<long>(ev[0].events) : -100 - n;
+  });
+  LetItBlock();
+  ASSERT_FALSE(call.done());
+  pthread_kill(call.handle(), SIGUSR1);
+  EXPECT_FALSE(call.WaitFor(400)) << "a signal blocked by the wait's mask ended it: " << call.rc();
+  EXPECT_EQ(ScopedSignalHandler::count().load(), 0);
+  ASSERT_EQ(SendTo(s_.get(), std::string("m"), to_), 1);
+  ASSERT_TRUE(call.WaitFor(kPromptMs));
+  EXPECT_TRUE(call.rc() & EPOLLIN) << call.rc();
+  for (int i = 0; i < 100 && ScopedSignalHandler::count().load() == 0; ++i) SleepMs(10);
+  EXPECT_EQ(ScopedSignalHandler::count().load(), 1);
+}
+
+// Two threads wait on one edge-triggered set: the one event goes to one of them; the other keeps
+// waiting for its whole timeout instead of returning 0 early.
+TEST_F(Epoll, TwoWaitersOnOneSetEachGetEventsOrTheirWholeTimeout) {
+  ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN | EPOLLET));
+  DrainInitial();
+  int ep = ep_.get();
+  auto waiter = [ep] {
+    return [ep] {
+      epoll_event ev[2];
+      return static_cast<long>(epoll_wait(ep, ev, 2, 2500));
+    };
+  };
+  auto t0 = Clock::now();
+  AsyncCall a(waiter());
+  AsyncCall b(waiter());
+  LetItBlock();
+  ASSERT_FALSE(a.done());
+  ASSERT_FALSE(b.done());
+  ASSERT_EQ(SendTo(s_.get(), std::string("one"), to_), 3);
+  for (int i = 0; i < kPromptMs / 10 && !a.done() && !b.done(); ++i) SleepMs(10);
+  ASSERT_TRUE(a.done() || b.done()) << "neither waiter got the event";
+  AsyncCall& got = a.done() ? a : b;
+  AsyncCall& other = a.done() ? b : a;
+  EXPECT_EQ(got.rc(), 1) << ErrnoName(got.err());
+  ASSERT_TRUE(other.WaitFor(5000));
+  if (other.rc() == 0) {
+    EXPECT_GE(ElapsedMs(t0), 2400) << "the other waiter returned 0 before its timeout";
+  } else {
+    EXPECT_EQ(other.rc(), 1) << ErrnoName(other.err());
+  }
 }
 
 TEST_F(Epoll, EpollReportsEpolloutWhenTheSndbufHasRoom) {
