@@ -1280,7 +1280,7 @@ const std::vector<size_t>& SizesOf(const Options& o, const std::string& test) {
 
 void PrintSummary(const Options& o, const std::vector<Row>& rows,
                   const std::vector<std::string>& placements) {
-  printf("\n%-12s %-6s %-8s %12s %12s %12s %12s %12s %8s\n", "test", "where", "size",
+  printf("\n%-13s %-6s %-8s %12s %12s %12s %12s %12s %8s\n", "test", "where", "size",
          "rds p50us", "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp");
   for (const std::string& test : kTests) {
     for (const std::string& pl : placements) {
@@ -1293,7 +1293,7 @@ void PrintSummary(const Options& o, const std::vector<Row>& rows,
         };
         double ratio = test != "rate" ? val(r, "p50_us") / val(t, "p50_us")
                                       : val(r, "msg_per_s") / val(t, "msg_per_s");
-        printf("%-12s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f\n", test.c_str(),
+        printf("%-13s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f\n", test.c_str(),
                pl.c_str(), SizeName(size).c_str(), val(r, "p50_us"), val(t, "p50_us"),
                val(r, "msg_per_s"), val(t, "msg_per_s"), val(r, "mb_per_s"), ratio);
       }
