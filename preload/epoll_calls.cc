@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "absl/time/clock.h"
@@ -51,16 +52,17 @@ bool MayHoldRds(int epfd) {
 }
 
 // The common wait. `timeout` null: infinite; `mask` null: the thread's own.
+// `ns_timeout`: the caller used epoll_pwait2 (kernels before 5.11 lack it; the
+// others are served by epoll_pwait).
 int Wait(int epfd, epoll_event* events, int max, const struct timespec* timeout,
-         const sigset_t* mask) {
+         const sigset_t* mask, bool ns_timeout) {
   std::optional<absl::Time> deadline;
   if (timeout != nullptr) deadline = absl::Now() + absl::DurationFromTimespec(*timeout);
-  const struct timespec zero = {0, 0};
   rds::Waiter& waiter = rds::Waiter::ForThisThread();
   for (;;) {
     // What is ready now (and every argument error, at once, as epoll_wait
     // reports it).
-    int n = rds::real::epoll_pwait2(epfd, events, max, &zero, nullptr);
+    int n = rds::real::epoll_wait(epfd, events, max, 0);
     if (n != 0) return n;
     struct timespec left;
     const struct timespec* wait = nullptr;
@@ -74,7 +76,17 @@ int Wait(int epfd, epoll_event* events, int max, const struct timespec* timeout,
     std::optional<int> r = rds::Engine::Get().PollDriving(&set, 1, wait, mask, waiter,
                                                           rds::stats::kShimEpollWaitsDriven);
     // Another thread drives: wait as the application asked.
-    if (!r) return rds::real::epoll_pwait2(epfd, events, max, wait, mask);
+    if (!r) {
+      if (ns_timeout) return rds::real::epoll_pwait2(epfd, events, max, wait, mask);
+      int ms = -1;
+      if (wait != nullptr) {
+        ms = static_cast<int>(std::min<int64_t>(
+            absl::ToInt64Milliseconds(absl::Ceil(absl::DurationFromTimespec(*wait),
+                                                 absl::Milliseconds(1))),
+            std::numeric_limits<int>::max()));
+      }
+      return rds::real::epoll_pwait(epfd, events, max, ms, mask);
+    }
     if (*r < 0) return -1;  // a handler ran (EINTR)
     // Readable (the events may yet go to another thread waiting on the same
     // set), the deadline, or a wake-up of this thread's waiter: look again.
@@ -115,13 +127,13 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
 int epoll_wait(int epfd, epoll_event* events, int max, int timeout) {
   if (!Drives(epfd, timeout != 0)) return rds::real::epoll_wait(epfd, events, max, timeout);
   std::optional<struct timespec> ts = FromMs(timeout);
-  return Wait(epfd, events, max, ts ? &*ts : nullptr, nullptr);
+  return Wait(epfd, events, max, ts ? &*ts : nullptr, nullptr, /*ns_timeout=*/false);
 }
 
 int epoll_pwait(int epfd, epoll_event* events, int max, int timeout, const sigset_t* mask) {
   if (!Drives(epfd, timeout != 0)) return rds::real::epoll_pwait(epfd, events, max, timeout, mask);
   std::optional<struct timespec> ts = FromMs(timeout);
-  return Wait(epfd, events, max, ts ? &*ts : nullptr, mask);
+  return Wait(epfd, events, max, ts ? &*ts : nullptr, mask, /*ns_timeout=*/false);
 }
 
 int epoll_pwait2(int epfd, epoll_event* events, int max, const struct timespec* timeout,
@@ -132,7 +144,7 @@ int epoll_pwait2(int epfd, epoll_event* events, int max, const struct timespec* 
       (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)) {
     return rds::real::epoll_pwait2(epfd, events, max, timeout, mask);  // EINVAL, from the kernel
   }
-  return Wait(epfd, events, max, timeout, mask);
+  return Wait(epfd, events, max, timeout, mask, /*ns_timeout=*/true);
 }
 
 }  // extern "C"
