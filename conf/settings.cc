@@ -98,7 +98,9 @@ const std::vector<Spec>& Schema() {
       {"FAULT_CONNECT_DELAY_MS", &Settings::fault_connect_delay_ms,
        [] { return std::string("0"); }, {0, 60000}, "tests only: delay every connection attempt"},
       {"FAULT_CUT_PERMILLE", &Settings::fault_cut_permille, [] { return std::string("0"); },
-       {0, 1000}, "tests only: cut a link in the middle of a message (per mille of messages)"},
+       {0, 1000},
+       "tests only: cut a link in the middle of a data message (per mille of the writes that "
+       "start with one)"},
       {"INLINE_SEND", &Settings::inline_send, [] { return std::string("1"); }, {0, 1},
        "sendmsg writes to an established link on the calling thread when the engine is idle "
        "(0: every message goes through the engine thread)"},
