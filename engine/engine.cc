@@ -99,6 +99,8 @@ Engine& Engine::Get() {
   return *e;
 }
 
+Engine* Engine::IfRunning() { return engine_ptr.load(std::memory_order_acquire); }
+
 void Engine::ResetAfterFork() {
   // The parent's engine object is abandoned (leaked): its thread does not
   // exist here and its locks may be held by threads that do not exist here.
@@ -1439,7 +1441,7 @@ size_t Engine::PendingMessages() {
 }
 
 void Engine::DrainAtExit(absl::Duration limit) {
-  Engine* e = engine_ptr.load(std::memory_order_acquire);
+  Engine* e = IfRunning();
   if (e == nullptr) return;
   absl::Time deadline = absl::Now() + limit;
   for (;;) {

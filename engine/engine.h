@@ -69,6 +69,9 @@ class Engine {
  public:
   // The process's engine, started on first call.
   static Engine& Get();
+  // This process's engine if it has started one (none yet, or none since a
+  // fork), else null: for callers that must not start it.
+  static Engine* IfRunning();
   // In a fork child: forget the parent's engine (it has no thread here).
   static void ResetAfterFork();
 

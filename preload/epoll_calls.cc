@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "engine/engine.h"
 #include "engine/readiness.h"
+#include "engine/usercopy.h"
 #include "engine/waiter.h"
 #include "preload/fd_table.h"
 #include "preload/real.h"
@@ -54,8 +55,8 @@ bool MayHoldRds(int epfd) {
 // The common wait. `timeout` null: infinite; `mask` null: the thread's own.
 // `ns_timeout`: the caller used epoll_pwait2 (kernels before 5.11 lack it; the
 // others are served by epoll_pwait).
-int Wait(int epfd, epoll_event* events, int max, const struct timespec* timeout,
-         const sigset_t* mask, bool ns_timeout) {
+int Wait(rds::Engine& engine, int epfd, epoll_event* events, int max,
+         const struct timespec* timeout, const sigset_t* mask, bool ns_timeout) {
   std::optional<absl::Time> deadline;
   if (timeout != nullptr) deadline = absl::Now() + absl::DurationFromTimespec(*timeout);
   rds::Waiter& waiter = rds::Waiter::ForThisThread();
@@ -73,8 +74,8 @@ int Wait(int epfd, epoll_event* events, int max, const struct timespec* timeout,
       wait = &left;
     }
     struct pollfd set = {epfd, POLLIN, 0};
-    std::optional<int> r = rds::Engine::Get().PollDriving(&set, 1, wait, mask, waiter,
-                                                          rds::stats::kShimEpollWaitsDriven);
+    std::optional<int> r =
+        engine.PollDriving(&set, 1, wait, mask, waiter, rds::stats::kShimEpollWaitsDriven);
     // Another thread drives: wait as the application asked.
     if (!r) {
       if (ns_timeout) return rds::real::epoll_pwait2(epfd, events, max, wait, mask);
@@ -98,8 +99,12 @@ std::optional<struct timespec> FromMs(int timeout_ms) {
   return timespec{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
 }
 
-bool Drives(int epfd, bool blocking) {
-  return blocking && rds::preload::AnyRds() && MayHoldRds(epfd);
+// The engine to drive for a blocking wait on `epfd`, or null: the set never
+// held an RDS socket, or this process has no engine (a fork child whose
+// inherited sets hold its parent's sockets, orphaned here).
+rds::Engine* Drives(int epfd, bool blocking) {
+  if (!blocking || !rds::preload::AnyRds() || !MayHoldRds(epfd)) return nullptr;
+  return rds::Engine::IfRunning();
 }
 
 }  // namespace
@@ -125,26 +130,33 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
 }
 
 int epoll_wait(int epfd, epoll_event* events, int max, int timeout) {
-  if (!Drives(epfd, timeout != 0)) return rds::real::epoll_wait(epfd, events, max, timeout);
+  rds::Engine* engine = Drives(epfd, timeout != 0);
+  if (engine == nullptr) return rds::real::epoll_wait(epfd, events, max, timeout);
   std::optional<struct timespec> ts = FromMs(timeout);
-  return Wait(epfd, events, max, ts ? &*ts : nullptr, nullptr, /*ns_timeout=*/false);
+  return Wait(*engine, epfd, events, max, ts ? &*ts : nullptr, nullptr, /*ns_timeout=*/false);
 }
 
 int epoll_pwait(int epfd, epoll_event* events, int max, int timeout, const sigset_t* mask) {
-  if (!Drives(epfd, timeout != 0)) return rds::real::epoll_pwait(epfd, events, max, timeout, mask);
+  rds::Engine* engine = Drives(epfd, timeout != 0);
+  if (engine == nullptr) return rds::real::epoll_pwait(epfd, events, max, timeout, mask);
   std::optional<struct timespec> ts = FromMs(timeout);
-  return Wait(epfd, events, max, ts ? &*ts : nullptr, mask, /*ns_timeout=*/false);
+  return Wait(*engine, epfd, events, max, ts ? &*ts : nullptr, mask, /*ns_timeout=*/false);
 }
 
 int epoll_pwait2(int epfd, epoll_event* events, int max, const struct timespec* timeout,
                  const sigset_t* mask) {
-  const bool blocking = timeout == nullptr || timeout->tv_sec != 0 || timeout->tv_nsec != 0;
-  if (!Drives(epfd, blocking)) return rds::real::epoll_pwait2(epfd, events, max, timeout, mask);
-  if (timeout != nullptr &&
-      (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)) {
-    return rds::real::epoll_pwait2(epfd, events, max, timeout, mask);  // EINVAL, from the kernel
+  // The timeout is read as the kernel would (unreadable: EFAULT; out of range:
+  // EINVAL — both left to the kernel's own call).
+  struct timespec ts;
+  if (timeout != nullptr && (!rds::usercopy::FromUser(&ts, timeout, sizeof(ts)).ok() ||
+                             ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000L)) {
+    return rds::real::epoll_pwait2(epfd, events, max, timeout, mask);
   }
-  return Wait(epfd, events, max, timeout, mask, /*ns_timeout=*/true);
+  const bool blocking = timeout == nullptr || ts.tv_sec != 0 || ts.tv_nsec != 0;
+  rds::Engine* engine = Drives(epfd, blocking);
+  if (engine == nullptr) return rds::real::epoll_pwait2(epfd, events, max, timeout, mask);
+  return Wait(*engine, epfd, events, max, timeout != nullptr ? &ts : nullptr, mask,
+              /*ns_timeout=*/true);
 }
 
 }  // extern "C"

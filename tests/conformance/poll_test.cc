@@ -771,6 +771,20 @@ TEST_F(Epoll, DrivingEpollWaitKeepsItsTimeout) {
   EXPECT_GE(ElapsedMs(t0), 120);
 }
 
+// The wrapper reads epoll_pwait2's timeout as the kernel does: out of range EINVAL,
+// unreadable EFAULT (never a crash in the wrapper).
+TEST_F(Epoll, EpollPwait2RejectsBadTimeoutsAsTheKernelDoes) {
+  ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
+  DrainInitial();
+  epoll_event ev[2];
+  timespec bad{0, 1000000000L};
+  RDS_EXPECT_ERRNO(epoll_pwait2(ep_.get(), ev, 2, &bad, nullptr), EINVAL);
+  bad = {-1, 0};
+  RDS_EXPECT_ERRNO(epoll_pwait2(ep_.get(), ev, 2, &bad, nullptr), EINVAL);
+  RDS_EXPECT_ERRNO(epoll_pwait2(ep_.get(), ev, 2, reinterpret_cast<const timespec*>(8), nullptr),
+                   EFAULT);
+}
+
 TEST_F(Epoll, DrivingEpollWaitIsWokenByAnOrdinaryDescriptorInTheSet) {
   ASSERT_NO_FATAL_FAILURE(Add(r_.get(), EPOLLIN));
   int pfd[2];
