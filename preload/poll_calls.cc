@@ -96,8 +96,11 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     }
     std::optional<int> driven;
     const bool blocks = wait == nullptr || wait->tv_sec > 0 || wait->tv_nsec > 0;
-    if (blocks) driven = rds::Engine::Get().PollDriving(kernel.data(), k, wait, mask, waiter,
-                                                       rds::stats::kShimPollWaitsDriven);
+    rds::Engine* engine = blocks ? rds::Engine::IfRunning() : nullptr;
+    if (engine != nullptr) {
+      driven = engine->PollDriving(kernel.data(), k, wait, mask, waiter,
+                                   rds::stats::kShimPollWaitsDriven);
+    }
     int r = driven ? *driven : rds::real::ppoll(kernel.data(), k, wait, mask);
     int err = errno;
     if (watch_cong) rds::CongestionTable::Get().RemoveWaiter(&waiter);
