@@ -12,9 +12,10 @@
 // epoll_wait on the loop's epoll set, with its Waiter's timerfd added, and
 // handles whatever is ready itself — so an arriving message costs one wake-up
 // (of the thread that wants it) instead of two (the loop thread's, then the
-// reader's). A thread blocked in the interposed poll/select drives the same
-// way (PollDriving), sleeping in ppoll on its own set plus the loop's epoll
-// fd. Only one thread drives at a time. While a driver exists, and for a lease after
+// reader's). A thread blocked in the interposed poll/select or in an epoll
+// wait on a set holding an RDS socket drives the same way (PollDriving),
+// sleeping in ppoll on its own fds plus the loop's epoll fd. Only one thread
+// drives at a time. While a driver exists, and for a lease after
 // the last one returned, the loop thread parks instead of polling, so that
 // epoll's wake-ups go to the driver; a posted task ends the park at once, the
 // lease ends it otherwise (a timer may therefore run up to one lease late while
