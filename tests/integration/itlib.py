@@ -17,6 +17,7 @@ import atexit
 import errno
 import json
 import os
+import itertools
 import random
 import re
 import select
@@ -57,9 +58,20 @@ def script(name):
     return os.path.join(HERE, name)
 
 
+_tag_counter = itertools.count(random.randrange(16 ** 3))
+
+
 def unique_tag():
-    """Short, unique per run: used for namespace and interface names (IFNAMSIZ is 16)."""
-    return f"{os.getpid() % 100000:05d}{random.randrange(16 ** 3):03x}"
+    """Short and unique: used for namespace and interface names (IFNAMSIZ is 16). The pid
+    keeps concurrent drivers apart, a per-process counter keeps one driver's calls apart (a
+    random draw collided in CI), and a tag some namespace already starts with (left behind by
+    an earlier driver that had the same pid) is skipped."""
+    existing = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    while True:
+        tag = f"{os.getpid() % 100000:05d}{next(_tag_counter) % 16 ** 3:03x}"
+        if not any(name.startswith(f"rdsit{tag}") or name.startswith(f"rdsitprobe{tag}")
+                   for name in existing):
+            return tag
 
 
 # --------------------------------------------------------------------------------------------
