@@ -824,6 +824,9 @@ struct Options {
   std::vector<size_t> poll_lat_sizes = {64};
   std::vector<size_t> rate_sizes = {64, 1024, 8192, 65536, 1 << 20};
   double seconds = 1.0;
+  // Each measurement is repeated this many times, shim and TCP alternating (the order flips
+  // every trial); the summary reports medians and the range of the per-trial ratios.
+  int trials = 1;
   std::vector<std::string> placements = {"host", "netns"};
   std::string cpus = "split";  // split: server cpu0, client cpu1; same: both cpu0; none
   std::string csv = "rds-bench.csv";
@@ -958,6 +961,7 @@ struct Row {
   std::string placement;  // host | netns
   std::string transport;  // rds | tcp
   size_t size = 0;
+  int trial = 0;  // 0 … --trials - 1
   std::map<std::string, double> v;
 };
 
@@ -1011,6 +1015,29 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
     fprintf(stderr, "rds-bench: %s %s %s failed (%s)\n", test.c_str(), transport.c_str(),
             SizeName(size).c_str(), result.empty() ? "no result" : result.c_str());
     return false;
+  }
+  return true;
+}
+
+// Measure() with its progress line on stdout.
+bool MeasureAndPrint(const Options& o, const std::string& test, const std::string& pl,
+                     const std::string& tr, const Host& srv, const Host& cli, size_t size,
+                     int trial, Row* row) {
+  row->placement = pl;
+  row->trial = trial;
+  printf("%s %s %s %s", test.c_str(), pl.c_str(), tr.c_str(), SizeName(size).c_str());
+  if (o.trials > 1) printf(" trial %d/%d", trial + 1, o.trials);
+  printf(" ... ");
+  fflush(stdout);
+  if (!Measure(o, test, tr, srv, cli, size, row)) {
+    printf("FAILED\n");
+    return false;
+  }
+  if (test != "rate") {
+    printf("p50 %.1f us, p99 %.1f us (%.0f round trips)\n", row->v["p50_us"], row->v["p99_us"],
+           row->v["count"]);
+  } else {
+    printf("%.0f msg/s, %.1f MB/s\n", row->v["msg_per_s"], row->v["mb_per_s"]);
   }
   return true;
 }
@@ -1177,36 +1204,105 @@ const Row* Find(const std::vector<Row>& rows, const std::string& test, const std
   return nullptr;
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One row per (test, placement, transport, size): every value the median over the trials.
+std::vector<Row> Medians(const std::vector<Row>& rows) {
+  std::vector<Row> out;
+  for (const Row& r : rows) {
+    if (Find(out, r.test, r.placement, r.transport, r.size)) continue;
+    Row m = r;
+    m.trial = -1;
+    for (auto& [key, value] : m.v) {
+      std::vector<double> all;
+      for (const Row& x : rows) {
+        if (x.test == r.test && x.placement == r.placement && x.transport == r.transport &&
+            x.size == r.size && x.v.count(key)) {
+          all.push_back(x.v.at(key));
+        }
+      }
+      value = Median(all);
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The shim-to-TCP ratio of `key`, one per trial in which both were measured (side by side).
+struct Ratio {
+  double median = NAN, min = NAN, max = NAN;
+  size_t trials = 0;
+};
+Ratio RatioOf(const std::vector<Row>& rows, const std::string& test, const std::string& pl,
+              size_t size, const char* key) {
+  std::vector<double> per_trial;
+  for (const Row& r : rows) {
+    if (r.test != test || r.placement != pl || r.transport != "rds" || r.size != size) continue;
+    for (const Row& t : rows) {
+      if (t.test == test && t.placement == pl && t.transport == "tcp" && t.size == size &&
+          t.trial == r.trial && r.v.count(key) && t.v.count(key)) {
+        per_trial.push_back(r.v.at(key) / t.v.at(key));
+      }
+    }
+  }
+  Ratio out;
+  out.trials = per_trial.size();
+  if (per_trial.empty()) return out;
+  out.median = Median(per_trial);
+  out.min = *std::min_element(per_trial.begin(), per_trial.end());
+  out.max = *std::max_element(per_trial.begin(), per_trial.end());
+  return out;
+}
+
+// "1.23x", with " (median of 3 trials, 1.10-1.31x)" when there were several.
+std::string RatioText(const Ratio& r, double scale, const char* unit) {
+  char buf[160];
+  int n = snprintf(buf, sizeof(buf), "%.2f%s", r.median * scale, unit);
+  if (r.trials > 1 && n > 0) {
+    snprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), " (median of %zu trials, %.2f-%.2f%s)",
+             r.trials, r.min * scale, r.max * scale, unit);
+  }
+  return buf;
+}
+
 void WriteCsv(const Options& o, const std::vector<Row>& rows) {
   FILE* f = fopen(o.csv.c_str(), "w");
   if (!f) Die(o.csv.c_str());
   // Scale rows: size = hub sockets, count = messages echoed, msg_per_s = hub ports per second in
-  // the second sweep, rss_kib_per_socket = the hub's; the last columns are theirs only.
+  // the second sweep, rss_kib_per_socket = the hub's; the columns from peers to hub_rss_kib
+  // are theirs only. One row per trial (--trials), numbered from 0.
   fprintf(f, "test,placement,transport,size,p50_us,p99_us,mean_us,count,msg_per_s,mb_per_s,"
              "rss_kib_per_socket,idle_cpu_pct,peers,first_sweep_s,sweep_s,failed,"
-             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib\n");
+             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib,trial\n");
   for (const Row& r : rows) {
     auto g = [&](const char* k) {
       auto it = r.v.find(k);
       return it == r.v.end() ? std::string() : std::to_string(it->second);
     };
-    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(),
+    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%d\n", r.test.c_str(),
             r.placement.c_str(), r.transport.c_str(), r.size, g("p50_us").c_str(),
             g("p99_us").c_str(), g("mean_us").c_str(), g("count").c_str(), g("msg_per_s").c_str(),
             g("mb_per_s").c_str(), g("rss_kib_per_socket").c_str(), g("idle_cpu_pct").c_str(),
             g("peers").c_str(), g("first_sweep_s").c_str(), g("sweep_s").c_str(),
             g("failed").c_str(), g("max_links_per_peer").c_str(), g("peers_linked").c_str(),
-            g("hub_fds").c_str(), g("hub_rss_kib").c_str());
+            g("hub_fds").c_str(), g("hub_rss_kib").c_str(), r.trial);
   }
   fclose(f);
   printf("wrote %s\n", o.csv.c_str());
 }
 
 // A PNG with four panels: latency (p50) and throughput (MB/s) versus size, per placement,
-// shim against TCP. Needs gnuplot (Debian: gnuplot-nox); otherwise says so and skips.
-void WritePlot(const Options& o, const std::vector<Row>& rows,
+// shim against TCP, the medians over the trials. Needs gnuplot (Debian: gnuplot-nox);
+// otherwise says so and skips.
+void WritePlot(const Options& o, const std::vector<Row>& all_trials,
                const std::vector<std::string>& placements) {
   if (o.plot.empty()) return;
+  const std::vector<Row> rows = Medians(all_trials);
   if (std::none_of(rows.begin(), rows.end(),
                    [](const Row& r) { return r.test == "latency" || r.test == "rate"; })) {
     return;  // nothing to draw (e.g. --lat-sizes '' --rate-sizes '')
@@ -1278,10 +1374,14 @@ const std::vector<size_t>& SizesOf(const Options& o, const std::string& test) {
   return test == "rate" ? o.rate_sizes : o.poll_lat_sizes;
 }
 
-void PrintSummary(const Options& o, const std::vector<Row>& rows,
+void PrintSummary(const Options& o, const std::vector<Row>& all_trials,
                   const std::vector<std::string>& placements) {
-  printf("\n%-13s %-6s %-8s %12s %12s %12s %12s %12s %8s\n", "test", "where", "size",
-         "rds p50us", "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp");
+  // Values are medians over the trials; a ratio is the median of the per-trial ratios.
+  const std::vector<Row> rows = Medians(all_trials);
+  const bool trials = o.trials > 1;
+  printf("\n%-13s %-6s %-8s %12s %12s %12s %12s %12s %8s%s\n", "test", "where", "size",
+         "rds p50us", "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp",
+         trials ? "  trials range" : "");
   for (const std::string& test : kTests) {
     for (const std::string& pl : placements) {
       for (size_t size : SizesOf(o, test)) {
@@ -1291,44 +1391,39 @@ void PrintSummary(const Options& o, const std::vector<Row>& rows,
         auto val = [](const Row* x, const char* k) {
           return x && x->v.count(k) ? x->v.at(k) : NAN;
         };
-        double ratio = test != "rate" ? val(r, "p50_us") / val(t, "p50_us")
-                                      : val(r, "msg_per_s") / val(t, "msg_per_s");
-        printf("%-13s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f\n", test.c_str(),
+        Ratio ratio = RatioOf(all_trials, test, pl, size, test != "rate" ? "p50_us" : "msg_per_s");
+        printf("%-13s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f", test.c_str(),
                pl.c_str(), SizeName(size).c_str(), val(r, "p50_us"), val(t, "p50_us"),
-               val(r, "msg_per_s"), val(t, "msg_per_s"), val(r, "mb_per_s"), ratio);
+               val(r, "msg_per_s"), val(t, "msg_per_s"), val(r, "mb_per_s"), ratio.median);
+        if (trials) printf("  %.2f-%.2f", ratio.min, ratio.max);
+        printf("\n");
       }
     }
   }
   // Issue 6's targets, where this run measured them.
-  printf("\nissue 6 targets:\n");
-  auto target = [&](const char* what, bool measured, bool met, const std::string& detail) {
-    printf("  %-58s %-5s %s\n", what, !measured ? "n/a" : met ? "MET" : "MISS", detail.c_str());
+  printf("\nissue 6 targets%s:\n", trials ? " (medians over the trials)" : "");
+  auto target = [&](const std::string& what, bool measured, bool met, const std::string& detail) {
+    printf("  %-58s %-5s %s\n", what.c_str(), !measured ? "n/a" : met ? "MET" : "MISS",
+           detail.c_str());
   };
   char buf[256];
   for (const std::string& pl : placements) {
-    const Row* r = Find(rows, "latency", pl, "rds", 64);
-    const Row* t = Find(rows, "latency", pl, "tcp", 64);
-    double ratio = r && t ? r->v.at("p50_us") / t->v.at("p50_us") : NAN;
-    snprintf(buf, sizeof(buf), "%.2fx", ratio);
-    target((std::string("64 B RTT <= 1.2x raw TCP (") + pl + ")").c_str(), r && t,
-           ratio <= 1.2, buf);
+    Ratio ratio = RatioOf(all_trials, "latency", pl, 64, "p50_us");
+    target("64 B RTT <= 1.2x raw TCP (" + pl + ")", ratio.trials > 0, ratio.median <= 1.2,
+           RatioText(ratio, 1, "x"));
   }
   {
     const Row* r = Find(rows, "rate", "host", "rds", 64);
-    const Row* t = Find(rows, "rate", "host", "tcp", 64);
+    Ratio ratio = RatioOf(all_trials, "rate", "host", 64, "msg_per_s");
     double rate = r ? r->v.at("msg_per_s") : NAN;
-    double ratio = r && t ? rate / t->v.at("msg_per_s") : NAN;
-    snprintf(buf, sizeof(buf), "%.0f msg/s, %.2fx TCP", rate, ratio);
-    target("64 B one-way >= 3,000,000 msg/s and >= 3x TCP (host)", r && t,
-           rate >= 3e6 && ratio >= 3, buf);
+    snprintf(buf, sizeof(buf), "%.0f msg/s, %s TCP", rate, RatioText(ratio, 1, "x").c_str());
+    target("64 B one-way >= 3,000,000 msg/s and >= 3x TCP (host)", ratio.trials > 0,
+           rate >= 3e6 && ratio.median >= 3, buf);
   }
   for (const std::string& pl : placements) {
-    const Row* r = Find(rows, "rate", pl, "rds", 1 << 20);
-    const Row* t = Find(rows, "rate", pl, "tcp", 1 << 20);
-    double ratio = r && t ? r->v.at("mb_per_s") / t->v.at("mb_per_s") : NAN;
-    snprintf(buf, sizeof(buf), "%.0f%% of TCP", ratio * 100);
-    target((std::string("1 MiB one-way >= 90% of TCP bandwidth (") + pl + ")").c_str(), r && t,
-           ratio >= 0.9, buf);
+    Ratio ratio = RatioOf(all_trials, "rate", pl, 1 << 20, "mb_per_s");
+    target("1 MiB one-way >= 90% of TCP bandwidth (" + pl + ")", ratio.trials > 0,
+           ratio.median >= 0.9, RatioText(ratio, 100, "%") + " of TCP");
   }
   for (const Row& r : rows) {
     if (r.test != "idle") continue;
@@ -1353,7 +1448,8 @@ void PrintSummary(const Options& o, const std::vector<Row>& rows,
 
 int Usage() {
   fprintf(stderr,
-          "usage: rds-bench --preload LIB [--seconds S] [--lat-sizes LIST] [--rate-sizes LIST]\n"
+          "usage: rds-bench --preload LIB [--seconds S] [--trials N] [--lat-sizes LIST]\n"
+          "                 [--rate-sizes LIST]\n"
           "                 [--poll-lat-sizes LIST] [--placements host,netns]\n"
           "                 [--cpus split|same|none]\n"
           "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
@@ -1367,6 +1463,9 @@ int Usage() {
           "  the scale run: one process with 10000 sockets echoing to 64 peer processes,\n"
           "  same host (--scale-sockets 0: none), waiting with epoll if the fd limit allows\n"
           "  two fds per socket, else with poll (--scale-wait).\n"
+          "  --trials N: every measurement N times, shim and TCP alternating; the summary\n"
+          "  and plot give medians, the ratio is the median of the per-trial ratios and its\n"
+          "  range is printed (the CSV keeps every trial).\n"
           "  --tcp-congestion: the congestion control of the raw TCP baseline and of the\n"
           "  shim's TCP links alike (default: the host's, net.ipv4.tcp_congestion_control).\n");
   return 2;
@@ -1395,6 +1494,7 @@ int main(int argc, char** argv) {
     else if (key == "--size") w.size = ParseSize(val);
     else if (key == "--cpu") w.cpu = atoi(val.c_str());
     else if (key == "--seconds") o.seconds = w.seconds = strtod(val.c_str(), nullptr);
+    else if (key == "--trials") o.trials = atoi(val.c_str());
     else if (key == "--preload") o.preload = val;
     else if (key == "--placements") o.placements = Split(val, ',');
     else if (key == "--transports") o.transports = Split(val, ',');
@@ -1429,7 +1529,7 @@ int main(int argc, char** argv) {
     }
   }
   if (worker) return RunWorker(w);
-  if (o.preload.empty() || o.seconds <= 0) return Usage();
+  if (o.preload.empty() || o.seconds <= 0 || o.trials < 1) return Usage();
   if (o.cpus != "split" && o.cpus != "same" && o.cpus != "none") return Usage();
   if (o.scale_wait != "auto" && o.scale_wait != "epoll" && o.scale_wait != "poll") return Usage();
   if (o.scale_sockets > 0 &&
@@ -1478,23 +1578,17 @@ int main(int argc, char** argv) {
     placements.push_back(pl);
     for (const std::string& test : kTests) {
       for (size_t size : SizesOf(o, test)) {
-        for (const std::string& tr : o.transports) {
-          Row row;
-          row.placement = pl;
-          printf("%s %s %s %s ... ", test.c_str(), pl.c_str(), tr.c_str(), SizeName(size).c_str());
-          fflush(stdout);
-          if (!Measure(o, test, tr, srv, cli, size, &row)) {
-            printf("FAILED\n");
-            failed = true;
-            continue;
+        for (int trial = 0; trial < o.trials; ++trial) {
+          std::vector<std::string> order = o.transports;
+          if (trial % 2) std::reverse(order.begin(), order.end());
+          for (const std::string& tr : order) {
+            Row row;
+            if (MeasureAndPrint(o, test, pl, tr, srv, cli, size, trial, &row)) {
+              rows.push_back(std::move(row));
+            } else {
+              failed = true;
+            }
           }
-          if (test != "rate") {
-            printf("p50 %.1f us, p99 %.1f us (%.0f round trips)\n", row.v["p50_us"],
-                   row.v["p99_us"], row.v["count"]);
-          } else {
-            printf("%.0f msg/s, %.1f MB/s\n", row.v["msg_per_s"], row.v["mb_per_s"]);
-          }
-          rows.push_back(std::move(row));
         }
       }
     }

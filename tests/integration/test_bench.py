@@ -15,14 +15,18 @@ Not a performance test: the numbers are only checked for consistency, never agai
    one link to each peer engine (an invariant of DESIGN.md §3.2, not a performance number).
 5. With gnuplot installed (scripts/deps.sh installs gnuplot-nox) the PNG is written and is a
    PNG.
+6. --trials 3 (64 B, same host, 0.1 s each): the shim and TCP alternate in order trial by
+   trial, the CSV has a row per trial, and the summary's ratio and range are the median,
+   minimum and maximum of the per-trial ratios computed from that CSV.
 
 Skipped in sanitizer builds (the bench re-executes itself under the preload library, which in
 those builds needs its sanitizer runtime ahead of it; the suite's other tests cover the library).
-Expected run time: ~10 s (the scale part well under 1 s).
+Expected run time: ~12 s (the scale part well under 1 s).
 """
 
 import csv
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -115,6 +119,51 @@ class Bench(unittest.TestCase):
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
             else:
                 self.assertIn("gnuplot not found", r.stderr)
+
+    def test_trials_give_medians_of_alternating_side_by_side_runs(self):
+        """--trials 3: every measurement three times, shim and TCP alternating in order; the
+        CSV keeps each trial, the summary's ratio is the median of the per-trial ratios and
+        its range their minimum and maximum."""
+        if itlib.sanitizer_build():
+            self.skipTest("sanitizer build: rds-bench is checked in the normal build")
+        bench = os.environ.get("RDS_BENCH", BENCH)
+        if not os.path.exists(bench):
+            self.skipTest(f"{bench} not built")
+        with tempfile.TemporaryDirectory(prefix="rds-bench-test-") as tmp:
+            csv_path = os.path.join(tmp, "out.csv")
+            argv = [bench, "--preload", itlib.path_of("RDS_IT_PRELOAD_LIB"), "--seconds", "0.1",
+                    "--trials", "3", "--lat-sizes", "64", "--rate-sizes", "64",
+                    "--poll-lat-sizes", "", "--placements", "host", "--idle-sockets", "0",
+                    "--scale-sockets", "0", "--csv", csv_path, "--plot", ""]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                               env=itlib.plain_env())
+            itlib.log(r.stdout[-3000:])
+            self.assertEqual(r.returncode, 0, f"rds-bench failed:\n{r.stdout}\n{r.stderr}")
+            progress = re.findall(r"(?m)^(latency|rate) host (rds|tcp) 64 B trial (\d)/3 \.\.\. ",
+                                  r.stdout)
+            self.assertEqual([(t, tr, int(k)) for t, tr, k in progress],
+                             [(t, tr, k) for t in ("latency", "rate")
+                              for k, order in ((1, ("rds", "tcp")), (2, ("tcp", "rds")),
+                                               (3, ("rds", "tcp")))
+                              for tr in order])
+            with open(csv_path) as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual(len(rows), 2 * 2 * 3)
+            by = {(x["test"], x["transport"], int(x["trial"])): x for x in rows}
+            self.assertEqual(len(by), 12, "one CSV row per test, transport and trial")
+            for test, key in (("latency", "p50_us"), ("rate", "msg_per_s")):
+                ratios = sorted(float(by[(test, "rds", k)][key]) / float(by[(test, "tcp", k)][key])
+                                for k in range(3))
+                line = re.search(rf"(?m)^{test} +host +64 B .*$", r.stdout)
+                self.assertIsNotNone(line, f"no summary line for {test}")
+                cells = line.group(0).split()
+                self.assertAlmostEqual(float(cells[-2]), ratios[1], delta=0.006, msg=line.group(0))
+                lo, hi = map(float, cells[-1].split("-"))
+                self.assertAlmostEqual(lo, ratios[0], delta=0.006, msg=line.group(0))
+                self.assertAlmostEqual(hi, ratios[2], delta=0.006, msg=line.group(0))
+            self.assertIn("issue 6 targets (medians over the trials):", r.stdout)
+            self.assertRegex(r.stdout, r"64 B RTT <= 1\.2x raw TCP \(host\) +(MET|MISS) +"
+                                       r"[0-9.]+x \(median of 3 trials, [0-9.]+-[0-9.]+x\)")
 
 
 if __name__ == "__main__":
