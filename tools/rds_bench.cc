@@ -1379,6 +1379,11 @@ void PrintSummary(const Options& o, const std::vector<Row>& all_trials,
   // Values are medians over the trials; a ratio is the median of the per-trial ratios.
   const std::vector<Row> rows = Medians(all_trials);
   const bool trials = o.trials > 1;
+  if (trials) {
+    printf("\nvalues: medians over %d trials; rds/tcp: the median of the per-trial ratios "
+           "(shim and TCP side by side in each trial), which can differ from the ratio of the "
+           "medians; range: the lowest and highest per-trial ratio\n", o.trials);
+  }
   printf("\n%-13s %-6s %-8s %12s %12s %12s %12s %12s %8s%s\n", "test", "where", "size",
          "rds p50us", "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp",
          trials ? "  trials range" : "");
@@ -1404,7 +1409,7 @@ void PrintSummary(const Options& o, const std::vector<Row>& all_trials,
   printf("\nissue 6 targets%s:\n", trials ? " (medians over the trials)" : "");
   auto target = [&](const std::string& what, bool measured, bool met, const std::string& detail) {
     printf("  %-58s %-5s %s\n", what.c_str(), !measured ? "n/a" : met ? "MET" : "MISS",
-           detail.c_str());
+           measured ? detail.c_str() : "");
   };
   char buf[256];
   for (const std::string& pl : placements) {
