@@ -20,6 +20,8 @@
 // SO_PEERCRED), which the target wants at most one of. The hub waits with epoll when the fd limit
 // allows the shim's two fds per epoll-watched socket, else with poll (--scale-wait). It prints a
 // table with the ratios against issue 6's targets, and writes a CSV and (with gnuplot) a PNG.
+// With --trials N each latency and rate measurement runs N times, shim and TCP alternating; the
+// table and plot then give medians and each ratio is the median of the per-trial ratios.
 //
 // The bench itself is a plain program; it re-executes itself as the worker processes
 // (`--worker=...`), under LD_PRELOAD for the RDS runs only. Namespace hosts need root and
