@@ -369,8 +369,7 @@ TEST_F(Poll, PpollReportsPollinWhenAMessageIsQueued) {
   ASSERT_NO_FATAL_FAILURE(Deliver("pp"));
   pollfd p{r_.get(), POLLIN, 0};
   timespec ts{0, 0};
-  sigset_t mask;
-  sigemptyset(&mask);
+  sigset_t mask = SignalSet();
   EXPECT_EQ(::ppoll(&p, 1, &ts, &mask), 1);
   EXPECT_TRUE(p.revents & POLLIN);
 }
@@ -514,9 +513,7 @@ TEST_F(Poll, BlockedPpollWaitsWithTheCallersSignalMask) {
   int rfd = r_.get();
   {
     AsyncCall call([rfd] {
-      sigset_t during;
-      sigemptyset(&during);
-      sigaddset(&during, SIGUSR1);
+      sigset_t during = SignalSet({SIGUSR1});
       pollfd p{rfd, POLLIN, 0};
       timespec ts{6, 0};
       long n = ::ppoll(&p, 1, &ts, &during);
@@ -540,11 +537,8 @@ TEST_F(Poll, BlockedPpollWaitsWithTheCallersSignalMask) {
   // A signal the thread blocks but ppoll's mask does not ends it.
   ExpectEintrOnSignal(
       [rfd] {
-        sigset_t blocked, during;
-        sigemptyset(&blocked);
-        sigaddset(&blocked, SIGUSR1);
+        sigset_t blocked = SignalSet({SIGUSR1}), during = SignalSet();
         pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
-        sigemptyset(&during);
         pollfd p{rfd, POLLIN, 0};
         timespec ts{6, 0};
         return static_cast<long>(::ppoll(&p, 1, &ts, &during));
@@ -642,8 +636,7 @@ TEST_F(Poll, PselectReportsReadableWhenAMessageIsQueued) {
   FD_ZERO(&r);
   FD_SET(r_.get(), &r);
   timespec ts{0, 0};
-  sigset_t mask;
-  sigemptyset(&mask);
+  sigset_t mask = SignalSet();
   EXPECT_EQ(::pselect(r_.get() + 1, &r, nullptr, nullptr, &ts, &mask), 1);
   EXPECT_TRUE(FD_ISSET(r_.get(), &r));
 }
@@ -831,9 +824,7 @@ TEST_F(Epoll, BlockedEpollPwaitWaitsWithTheCallersSignalMask) {
   ScopedSignalHandler h(SIGUSR1, /*restart=*/true);
   int ep = ep_.get();
   AsyncCall call([ep] {
-    sigset_t during;
-    sigemptyset(&during);
-    sigaddset(&during, SIGUSR1);
+    sigset_t during = SignalSet({SIGUSR1});
     epoll_event ev[2];
     long n = epoll_pwait(ep, ev, 2, 6000, &during);
     return n == 1 ? static_cast<long>(ev[0].events) : -100 - n;

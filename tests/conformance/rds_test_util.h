@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -414,6 +415,14 @@ inline void ExpectNothingWithin(int fd, int ms) {
   EXPECT_EQ(r.n, -1) << "unexpected message of " << r.n << " bytes from "
                      << AddrToString(r.from, r.fromlen);
   EXPECT_EQ(r.err, EAGAIN) << ErrnoName(r.err);
+}
+
+// A signal set holding exactly `sigs` (none: the empty set, ppoll's "block nothing").
+inline sigset_t SignalSet(std::initializer_list<int> sigs = {}) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : sigs) sigaddset(&set, sig);
+  return set;
 }
 
 inline void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }

@@ -80,8 +80,7 @@ class Watcher {
           n = ::poll(&p, 1, timeout_ms);
         } else {
           timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-          sigset_t mask;
-          sigemptyset(&mask);
+          sigset_t mask = SignalSet();
           n = ::ppoll(&p, 1, &ts, &mask);
         }
         if (n <= 0) return n;
@@ -100,8 +99,7 @@ class Watcher {
           n = ::select(fd_ + 1, rd_ ? &r : nullptr, wr_ ? &w : nullptr, nullptr, &tv);
         } else {
           timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-          sigset_t mask;
-          sigemptyset(&mask);
+          sigset_t mask = SignalSet();
           n = ::pselect(fd_ + 1, rd_ ? &r : nullptr, wr_ ? &w : nullptr, nullptr, &ts, &mask);
         }
         if (n <= 0) return n;
