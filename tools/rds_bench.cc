@@ -9,7 +9,8 @@
 //     socket, as rds-stress and rds-ping wait, or by an epoll_wait() on a set holding it, as
 //     event loops such as Python's asyncio wait (--poll-lat-sizes, default 64 B only);
 //   * rate: one sender process streams messages one way to one receiver process, one send call
-//     per message; messages/s and payload MB/s at the receiver;
+//     per message; messages/s and payload MB/s at the receiver, and for messages of 64 KiB and
+//     more the share of the time the receiver got nothing for 1 ms or more (stalls);
 // once over AF_RDS through the preloaded shim and once over raw TCP carrying the same 48-byte
 // RDS framing (one writev per message, buffered reads, TCP_NODELAY). Then the idle cost: one
 // process holding N bound sockets (user-space memory per socket, CPU while idle). Then scale, on
@@ -63,6 +64,10 @@ namespace {
 constexpr size_t kHeader = 48;            // struct rds_header
 constexpr size_t kMaxSize = 1 << 20;      // RDS_MAX_MSG_SIZE
 constexpr size_t kEndMarkerSize = 1;      // a stream ends with one 1-byte message
+// A stream's sink counts gaps of this length or more between messages as stalls, for
+// messages of kStallTimedMinSize bytes and more.
+constexpr double kStallGapSec = 1e-3;
+constexpr size_t kStallTimedMinSize = 64 * 1024;
 
 [[noreturn]] void Die(const char* what) {
   fprintf(stderr, "rds-bench: %s: %s\n", what, strerror(errno));
@@ -302,6 +307,11 @@ template <typename RecvOne>
 int SinkLoop(const WorkerArgs& a, RecvOne recv_one) {
   uint64_t msgs = 0, bytes = 0;
   double first = 0;
+  // Stalls: the time spent in gaps of kStallGapSec or more between two messages, where the
+  // transport delivered nothing (DESIGN.md §9.12). Timed for large messages only: a clock read
+  // per message would perturb the small-message rates.
+  const bool time_stalls = a.size >= kStallTimedMinSize;
+  double last = 0, stalled = 0;
   for (;;) {
     size_t n = recv_one();
     if (n == kEndMarkerSize) break;
@@ -309,15 +319,23 @@ int SinkLoop(const WorkerArgs& a, RecvOne recv_one) {
       fprintf(stderr, "rds-bench: received %zu bytes, expected %zu\n", n, a.size);
       return 1;
     }
-    if (msgs == 0) first = NowSec();
+    if (msgs == 0) {
+      first = last = NowSec();
+    } else if (time_stalls) {
+      const double now = NowSec();
+      if (now - last >= kStallGapSec) stalled += now - last;
+      last = now;
+    }
     ++msgs;
     bytes += n;
   }
   double secs = NowSec() - first;
   // The first message only starts the clock.
   double rate = msgs > 1 ? static_cast<double>(msgs - 1) / secs : 0;
-  printf("result msgs=%lu msg_per_s=%.1f mb_per_s=%.3f\n", static_cast<unsigned long>(msgs), rate,
+  printf("result msgs=%lu msg_per_s=%.1f mb_per_s=%.3f", static_cast<unsigned long>(msgs), rate,
          rate * static_cast<double>(a.size) / 1e6);
+  if (time_stalls && secs > 0) printf(" stalled_pct=%.1f", 100 * stalled / secs);
+  printf("\n");
   return 0;
 }
 
@@ -1039,7 +1057,11 @@ bool MeasureAndPrint(const Options& o, const std::string& test, const std::strin
     printf("p50 %.1f us, p99 %.1f us (%.0f round trips)\n", row->v["p50_us"], row->v["p99_us"],
            row->v["count"]);
   } else {
-    printf("%.0f msg/s, %.1f MB/s\n", row->v["msg_per_s"], row->v["mb_per_s"]);
+    printf("%.0f msg/s, %.1f MB/s", row->v["msg_per_s"], row->v["mb_per_s"]);
+    if (row->v.count("stalled_pct")) {
+      printf(", stalled %.0f%% of the time (gaps >= 1 ms)", row->v["stalled_pct"]);
+    }
+    printf("\n");
   }
   return true;
 }
@@ -1277,22 +1299,24 @@ void WriteCsv(const Options& o, const std::vector<Row>& rows) {
   if (!f) Die(o.csv.c_str());
   // Scale rows: size = hub sockets, count = messages echoed, msg_per_s = hub ports per second in
   // the second sweep, rss_kib_per_socket = the hub's; the columns from peers to hub_rss_kib
-  // are theirs only. One row per trial (--trials), numbered from 0.
+  // are theirs only. One row per trial (--trials), numbered from 0. stalled_pct: rate rows of
+  // 64 KiB and more, the share of the time in gaps of 1 ms or more between two messages.
   fprintf(f, "test,placement,transport,size,p50_us,p99_us,mean_us,count,msg_per_s,mb_per_s,"
              "rss_kib_per_socket,idle_cpu_pct,peers,first_sweep_s,sweep_s,failed,"
-             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib,trial\n");
+             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib,trial,stalled_pct\n");
   for (const Row& r : rows) {
     auto g = [&](const char* k) {
       auto it = r.v.find(k);
       return it == r.v.end() ? std::string() : std::to_string(it->second);
     };
-    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%d\n", r.test.c_str(),
+    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%s\n",
+            r.test.c_str(),
             r.placement.c_str(), r.transport.c_str(), r.size, g("p50_us").c_str(),
             g("p99_us").c_str(), g("mean_us").c_str(), g("count").c_str(), g("msg_per_s").c_str(),
             g("mb_per_s").c_str(), g("rss_kib_per_socket").c_str(), g("idle_cpu_pct").c_str(),
             g("peers").c_str(), g("first_sweep_s").c_str(), g("sweep_s").c_str(),
             g("failed").c_str(), g("max_links_per_peer").c_str(), g("peers_linked").c_str(),
-            g("hub_fds").c_str(), g("hub_rss_kib").c_str(), r.trial);
+            g("hub_fds").c_str(), g("hub_rss_kib").c_str(), r.trial, g("stalled_pct").c_str());
   }
   fclose(f);
   printf("wrote %s\n", o.csv.c_str());

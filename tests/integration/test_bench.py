@@ -9,7 +9,9 @@ Not a performance test: the numbers are only checked for consistency, never agai
 2. Exit status 0; the congestion control measured, the summary table and the target lines are
    printed.
 3. The CSV has one row per (test, placement, transport, size), with p50 > 0 and p99 >= p50 for
-   latency, latency-poll and latency-epoll, rate > 0 and MB/s = rate x size for rate, and the idle row (200 bound sockets).
+   latency, latency-poll and latency-epoll, rate > 0 and MB/s = rate x size for rate (and for
+   1 MiB a stall share between 0 and 100 %, printed and in the CSV; none for 64 B), and the idle
+   row (200 bound sockets).
 4. The scale measurement, small (200 hub sockets, 4 peer processes, same host): every echo of
    both sweeps came back intact (2 x 200), the CSV row has its timings, and the hub has exactly
    one link to each peer engine (an invariant of DESIGN.md §3.2, not a performance number).
@@ -90,6 +92,14 @@ class Bench(unittest.TestCase):
                         rate, mbs = float(row["msg_per_s"]), float(row["mb_per_s"])
                         self.assertGreater(rate, 0)
                         self.assertAlmostEqual(mbs, rate * size / 1e6, delta=0.01 * mbs + 0.01)
+                        # Stalls (gaps of 1 ms or more) are timed for large messages only.
+                        if size >= 65536:
+                            self.assertGreaterEqual(float(row["stalled_pct"]), 0)
+                            self.assertLessEqual(float(row["stalled_pct"]), 100)
+                        else:
+                            self.assertEqual(row["stalled_pct"], "")
+                self.assertRegex(r.stdout, rf"(?m)^rate {pl} rds 1 MiB \.\.\. \d+ msg/s, "
+                                 r"[\d.]+ MB/s, stalled \d+% of the time \(gaps >= 1 ms\)$")
             idle = seen.get(("idle", "host", "rds", 200))
             self.assertIsNotNone(idle, "no idle row")
             self.assertGreaterEqual(float(idle["rss_kib_per_socket"]), 0)
