@@ -1059,7 +1059,8 @@ bool MeasureAndPrint(const Options& o, const std::string& test, const std::strin
   } else {
     printf("%.0f msg/s, %.1f MB/s", row->v["msg_per_s"], row->v["mb_per_s"]);
     if (row->v.count("stalled_pct")) {
-      printf(", stalled %.0f%% of the time (gaps >= 1 ms)", row->v["stalled_pct"]);
+      printf(", stalled %.0f%% of the time (gaps >= %.0f ms)", row->v["stalled_pct"],
+             kStallGapSec * 1e3);
     }
     printf("\n");
   }
