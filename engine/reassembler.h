@@ -70,6 +70,10 @@ class Reassembler {
   // to the sink at once with an empty Payload, for the link to resolve.
   void AllowPayloadRefs(bool allow) { payload_refs_ = allow; }
 
+  // Bytes of the payload being received that have not arrived yet, and its
+  // whole size (both 0 outside a payload).
+  size_t PayloadMissing() const { return in_payload_ ? payload_.size() - payload_have_ : 0; }
+  size_t PayloadSize() const { return in_payload_ ? payload_.size() : 0; }
   // True between messages (no partial header or payload held).
   bool AtBoundary() const { return header_have_ == 0 && !in_payload_; }
   // Discards any partial message (used when a stream is reset).

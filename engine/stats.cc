@@ -140,6 +140,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_recv_direct",
     "shim_poll_waits_driven",
     "shim_epoll_waits_driven",
+    "shim_tcp_waits_for_payload",
 };
 
 }  // namespace

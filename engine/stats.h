@@ -88,6 +88,7 @@ enum Counter : int {
   kShimRecvDirect,           // messages read straight into the buffer of a waiting recvmsg
   kShimPollWaitsDriven,      // blocking poll/select waits that ran the event loop themselves
   kShimEpollWaitsDriven,     // blocking epoll waits that ran the event loop themselves
+  kShimTcpWaitsForPayload,   // a TCP link's reader set to wake only for a large payload's next piece
   kNumCounters,
 };
 

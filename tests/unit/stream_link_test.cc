@@ -61,8 +61,9 @@ class LinkPairTest : public ::testing::Test {
   }
 
   // The same over a loopback TCP connection (a link to "another host"), with
-  // a small send buffer on a's side, so that writes stop mid-payload.
-  void StartTcp() {
+  // a small send buffer on a's side, so that writes stop mid-payload. With
+  // `raw_client`, the test writes a's end itself (blocking).
+  void StartTcp(bool raw_client = false) {
     int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(listener, 0);
     sockaddr_in addr = {};
@@ -82,12 +83,19 @@ class LinkPairTest : public ::testing::Test {
     int server = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     ASSERT_GE(server, 0);
     close(listener);
-    ASSERT_EQ(fcntl(client, F_SETFL, O_NONBLOCK), 0);
+    if (raw_client) {
+      raw_ = client;
+    } else {
+      ASSERT_EQ(fcntl(client, F_SETFL, O_NONBLOCK), 0);
+    }
     thread_ = std::thread([this] { loop_.Run(); });
     OnLoop([&] {
-      a_ = StreamLink::Create(loop_, sys::MakeInternal(client), false, false, "a-tcp");
-      a_->SetCallbacks(Callbacks(&a_closed_, nullptr));
-      b_ = StreamLink::Create(loop_, sys::MakeInternal(server), false, false, "b-tcp");
+      if (!raw_client) {
+        a_ = StreamLink::Create(loop_, sys::MakeInternal(client), false, false, "a-tcp");
+        a_->SetCallbacks(Callbacks(&a_closed_, nullptr));
+      }
+      server_ = sys::MakeInternal(server);  // (the fd may move)
+      b_ = StreamLink::Create(loop_, server_, false, false, "b-tcp");
       b_->SetCallbacks(Callbacks(&b_closed_, &b_got_));
     });
   }
@@ -154,6 +162,24 @@ class LinkPairTest : public ::testing::Test {
     return true;
   }
 
+  // Writes all of `bytes` to the raw end.
+  void WriteAll(const uint8_t* bytes, size_t n) {
+    while (n > 0) {
+      const ssize_t w = write(raw_, bytes, n);
+      ASSERT_GT(w, 0);
+      bytes += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  // The wake-up threshold (SO_RCVLOWAT) of b's socket.
+  int ServerRcvLowat() {
+    int v = -1;
+    socklen_t len = sizeof(v);
+    EXPECT_EQ(getsockopt(server_, SOL_SOCKET, SO_RCVLOWAT, &v, &len), 0);
+    return v;
+  }
+
   void WriteRaw(const MessagePtr& m) {
     std::vector<uint8_t> bytes(wire::kHeaderSize + m->payload.size());
     wire::Encode(m->header, bytes.data());
@@ -165,6 +191,7 @@ class LinkPairTest : public ::testing::Test {
   std::thread thread_;
   std::shared_ptr<StreamLink> a_, b_;
   int raw_ = -1;
+  int server_ = -1;  // b's socket (StartTcp)
   std::atomic<bool> a_closed_{false}, b_closed_{false};
   rds::Mutex mu_;
   std::vector<Got> b_got_ ABSL_GUARDED_BY(mu_);
@@ -283,6 +310,53 @@ TEST_F(LinkPairTest, LargePayloadsToAnotherHostGoIntoTheSocketByReference) {
     EXPECT_EQ(sent[i]->spliced.load(), sizes[i] >= (64 << 10)) << "message " << i;
   }
   EXPECT_FALSE(a_closed_.load());
+  EXPECT_FALSE(b_closed_.load());
+}
+
+// A link waiting for more of a large payload asks the kernel to wake it only
+// once 256 KiB more (or the rest) has arrived, not at every segment; between
+// messages, and for small ones, every byte wakes it again.
+TEST_F(LinkPairTest, AReaderOfALargePayloadIsWokenForItsNextPieceOnly) {
+  StartTcp(/*raw_client=*/true);
+  const uint64_t waits0 = stats::Get(stats::kShimTcpWaitsForPayload);
+  EXPECT_EQ(ServerRcvLowat(), 1);
+  MessagePtr big = Message(1, Payload(1 << 20));
+  std::vector<uint8_t> bytes(wire::kHeaderSize + big->payload.size());
+  wire::Encode(big->header, bytes.data());
+  std::memcpy(bytes.data() + wire::kHeaderSize, big->payload.data(), big->payload.size());
+  // The header and 100 KiB: 924 KiB missing, woken for the next 256 KiB.
+  size_t written = wire::kHeaderSize + (100 << 10);
+  WriteAll(bytes.data(), written);
+  EXPECT_TRUE(Eventually([&] { return ServerRcvLowat() == (256 << 10); }))
+      << "threshold " << ServerRcvLowat();
+  // All but the last 10,000 bytes: woken for exactly those.
+  WriteAll(bytes.data() + written, bytes.size() - 10000 - written);
+  written = bytes.size() - 10000;
+  EXPECT_TRUE(Eventually([&] { return ServerRcvLowat() == 10000; }))
+      << "threshold " << ServerRcvLowat();
+  EXPECT_EQ(Received(), 0u);
+  WriteAll(bytes.data() + written, 10000);
+  ASSERT_TRUE(Eventually([&] { return Received() == 1; }));
+  EXPECT_EQ(ServerRcvLowat(), 1) << "between messages";
+  // A small message, then the header of a large one alone: each is read at
+  // once (a threshold left over would leave them unread).
+  WriteRaw(Message(2, Payload(100)));
+  ASSERT_TRUE(Eventually([&] { return Received() == 2; }));
+  EXPECT_EQ(ServerRcvLowat(), 1);
+  MessagePtr big2 = Message(3, Payload(200 << 10));
+  std::vector<uint8_t> header(wire::kHeaderSize);
+  wire::Encode(big2->header, header.data());
+  WriteAll(header.data(), header.size());
+  EXPECT_TRUE(Eventually([&] { return ServerRcvLowat() == (200 << 10); }))
+      << "threshold " << ServerRcvLowat();
+  WriteAll(big2->payload.data(), big2->payload.size());
+  ASSERT_TRUE(Eventually([&] { return Received() == 3; }));
+  {
+    rds::MutexLock lock(&mu_);
+    for (const Got& g : b_got_) EXPECT_TRUE(Intact(g)) << "message to port " << g.header.dport;
+  }
+  EXPECT_EQ(ServerRcvLowat(), 1);
+  EXPECT_GE(stats::Get(stats::kShimTcpWaitsForPayload) - waits0, 3u);
   EXPECT_FALSE(b_closed_.load());
 }
 

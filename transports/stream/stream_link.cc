@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "conf/settings.h"
 #include "engine/fault.h"
@@ -27,6 +28,12 @@ constexpr size_t kDirectReadMin = 64 * 1024;
 // arrive meanwhile wait in its backlog, unacknowledged, so one 1 MiB copy
 // stretched the TCP round trip that BBR paces by (DESIGN.md §9.9).
 constexpr size_t kDirectReadChunk = 128 * 1024;
+// While a TCP link waits for more of a payload of kDirectReadMin or more, the
+// kernel wakes its reader only once this much more of it has arrived (or all
+// of it, if less is missing): SO_RCVLOWAT. Waking at every segment cost the
+// sending host's CPU an IPI per 64 KiB, the bound of a 1 MiB stream across
+// hosts (DESIGN.md §9.13).
+constexpr size_t kPayloadWakeBytes = 256 * 1024;
 constexpr int kMaxIov = 128;
 // Messages whose unwritten part is at most this long are copied into one
 // contiguous staging buffer rather than given two iovec entries each: a writev
@@ -249,6 +256,9 @@ void StreamLink::OnEvents(uint32_t events) {
 }
 
 void StreamLink::OnReadable() {
+  // However this returns, the socket's wake-up threshold matches what is
+  // missing now.
+  absl::Cleanup set_threshold = [this] { UpdateWakeThreshold(); };
   auto sink = [this](wire::Header&& h, Payload&& p) {
     // (Data only: an acknowledgement or notice between large messages
     // does not end their stream.)
@@ -334,6 +344,21 @@ void StreamLink::OnReadable() {
     Fail(absl::UnavailableError(absl::StrFormat("read: %s", strerror(errno))));
     return;
   }
+}
+
+void StreamLink::UpdateWakeThreshold() {
+  if (!tcp_ || closed_) return;
+  // The missing bytes are certain to come (or the connection to end, which
+  // wakes the reader whatever the threshold): waiting for them cannot hang.
+  // Between messages, and for small payloads, every byte wakes the reader.
+  const size_t missing = reassembler_.PayloadMissing();
+  const int want = reassembler_.PayloadSize() >= kDirectReadMin && missing > 0
+                       ? static_cast<int>(std::min(missing, kPayloadWakeBytes))
+                       : 1;
+  if (want == rcvlowat_) return;
+  if (sys::Setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) != 0) return;
+  rcvlowat_ = want;
+  if (want > 1) stats::Inc(stats::kShimTcpWaitsForPayload);
 }
 
 // Flush runs on application threads too (the inline send path), which do not

@@ -73,6 +73,8 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds, std::string description);
   void OnEvents(uint32_t events);
   void OnReadable();
+  // Sets SO_RCVLOWAT of a TCP link's socket for what the reader waits for.
+  void UpdateWakeThreshold();
   void Flush();
   void ScheduleFlush();
   ssize_t WriteNoSignal(struct iovec* iov, int n, int pass_fd = -1, int flags = 0);
@@ -129,6 +131,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool share_payloads_ = false;
   int64_t last_read_ns_ = 0;
   bool large_stream_ = false;  // the last message read had a large payload
+  int rcvlowat_ = 1;           // the socket's SO_RCVLOWAT (UpdateWakeThreshold)
   std::string description_;
   Callbacks cb_;
   std::deque<Out> out_;
