@@ -61,7 +61,7 @@ absl::Status Reassembler::Feed(absl::Span<const uint8_t> bytes, const Sink& sink
 
 absl::Span<uint8_t> Reassembler::DirectTarget(size_t min_size) {
   if (!in_payload_) return {};
-  size_t missing = payload_.size() - payload_have_;
+  const size_t missing = PayloadMissing();
   // Lent storage is read into to the end, however little is left: read
   // through read_buf_, its tail would bring the next message's header along
   // — after the lender's offer is spent.

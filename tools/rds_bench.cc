@@ -983,6 +983,10 @@ struct Row {
   size_t size = 0;
   int trial = 0;  // 0 … --trials - 1
   std::map<std::string, double> v;
+  // The same measurement (any trial).
+  bool Is(const std::string& t, const std::string& pl, const std::string& tr, size_t sz) const {
+    return test == t && placement == pl && transport == tr && size == sz;
+  }
 };
 
 int g_port = 0;
@@ -1224,7 +1228,7 @@ bool SetUpNetns(Host* a, Host* b) {
 const Row* Find(const std::vector<Row>& rows, const std::string& test, const std::string& pl,
                 const std::string& tr, size_t size) {
   for (const Row& r : rows) {
-    if (r.test == test && r.placement == pl && r.transport == tr && r.size == size) return &r;
+    if (r.Is(test, pl, tr, size)) return &r;
   }
   return nullptr;
 }
@@ -1246,8 +1250,7 @@ std::vector<Row> Medians(const std::vector<Row>& rows) {
     for (auto& [key, value] : m.v) {
       std::vector<double> all;
       for (const Row& x : rows) {
-        if (x.test == r.test && x.placement == r.placement && x.transport == r.transport &&
-            x.size == r.size && x.v.count(key)) {
+        if (x.Is(r.test, r.placement, r.transport, r.size) && x.v.count(key)) {
           all.push_back(x.v.at(key));
         }
       }
@@ -1267,10 +1270,9 @@ Ratio RatioOf(const std::vector<Row>& rows, const std::string& test, const std::
               size_t size, const char* key) {
   std::vector<double> per_trial;
   for (const Row& r : rows) {
-    if (r.test != test || r.placement != pl || r.transport != "rds" || r.size != size) continue;
+    if (!r.Is(test, pl, "rds", size)) continue;
     for (const Row& t : rows) {
-      if (t.test == test && t.placement == pl && t.transport == "tcp" && t.size == size &&
-          t.trial == r.trial && r.v.count(key) && t.v.count(key)) {
+      if (t.Is(test, pl, "tcp", size) && t.trial == r.trial && r.v.count(key) && t.v.count(key)) {
         per_trial.push_back(r.v.at(key) / t.v.at(key));
       }
     }

@@ -180,10 +180,16 @@ class LinkPairTest : public ::testing::Test {
     return v;
   }
 
-  void WriteRaw(const MessagePtr& m) {
+  // A message as it goes on the stream: header, then payload.
+  static std::vector<uint8_t> Wire(const MessagePtr& m) {
     std::vector<uint8_t> bytes(wire::kHeaderSize + m->payload.size());
     wire::Encode(m->header, bytes.data());
     if (m->payload.size()) std::memcpy(bytes.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
+    return bytes;
+  }
+
+  void WriteRaw(const MessagePtr& m) {
+    const std::vector<uint8_t> bytes = Wire(m);
     ASSERT_EQ(write(raw_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
   }
 
@@ -322,10 +328,7 @@ TEST_F(LinkPairTest, AReaderOfALargePayloadIsWokenForItsNextPieceOnly) {
   StartTcp(/*raw_client=*/true);
   const uint64_t waits0 = stats::Get(stats::kShimTcpWaitsForPayload);
   EXPECT_EQ(ServerRcvLowat(), 1);
-  MessagePtr big = Message(1, Payload(1 << 20));
-  std::vector<uint8_t> bytes(wire::kHeaderSize + big->payload.size());
-  wire::Encode(big->header, bytes.data());
-  std::memcpy(bytes.data() + wire::kHeaderSize, big->payload.data(), big->payload.size());
+  const std::vector<uint8_t> bytes = Wire(Message(1, Payload(1 << 20)));
   // The header and 100 KiB: at least 924 KiB missing, woken for the next 256 KiB.
   const size_t first = wire::kHeaderSize + (100 << 10);
   WriteAll(bytes.data(), first);
@@ -341,13 +344,11 @@ TEST_F(LinkPairTest, AReaderOfALargePayloadIsWokenForItsNextPieceOnly) {
   WriteRaw(Message(2, Payload(100)));
   ASSERT_TRUE(Eventually([&] { return Received() == 2; }));
   EXPECT_EQ(ServerRcvLowat(), 1);
-  MessagePtr big2 = Message(3, Payload(200 << 10));
-  std::vector<uint8_t> header(wire::kHeaderSize);
-  wire::Encode(big2->header, header.data());
-  WriteAll(header.data(), header.size());
+  const std::vector<uint8_t> bytes2 = Wire(Message(3, Payload(200 << 10)));
+  WriteAll(bytes2.data(), wire::kHeaderSize);
   EXPECT_TRUE(Eventually([&] { return ServerRcvLowat() == (200 << 10); }))
       << "threshold " << ServerRcvLowat();
-  WriteAll(big2->payload.data(), big2->payload.size());
+  WriteAll(bytes2.data() + wire::kHeaderSize, bytes2.size() - wire::kHeaderSize);
   ASSERT_TRUE(Eventually([&] { return Received() == 3; }));
   {
     rds::MutexLock lock(&mu_);
@@ -363,11 +364,8 @@ TEST_F(LinkPairTest, AReaderOfALargePayloadIsWokenForItsNextPieceOnly) {
 // its threshold.
 TEST_F(LinkPairTest, APeerClosingMidPayloadEndsTheLinkDespiteTheThreshold) {
   StartTcp(/*raw_client=*/true);
-  MessagePtr big = Message(1, Payload(1 << 20));
-  std::vector<uint8_t> bytes(wire::kHeaderSize + (100 << 10));
-  wire::Encode(big->header, bytes.data());
-  std::memcpy(bytes.data() + wire::kHeaderSize, big->payload.data(), 100 << 10);
-  WriteAll(bytes.data(), bytes.size());
+  const std::vector<uint8_t> bytes = Wire(Message(1, Payload(1 << 20)));
+  WriteAll(bytes.data(), wire::kHeaderSize + (100 << 10));
   ASSERT_TRUE(Eventually([&] { return ServerRcvLowat() == (256 << 10); }))
       << "threshold " << ServerRcvLowat();
   ASSERT_EQ(shutdown(raw_, SHUT_WR), 0);
