@@ -8,10 +8,10 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/random/random.h"
 #include "engine/sync.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/sys.h"
 #include "engine/log.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
@@ -110,8 +110,8 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
   if (port != 0) {
     taken = TakePort(rs, want.addr, port);
   } else {
-    thread_local absl::BitGen gen;
-    uint32_t start = std::max<uint32_t>(absl::Uniform<uint32_t>(gen, 0, 65536), 2);
+    // A fork child must not start where its siblings do.
+    uint32_t start = std::max<uint32_t>(static_cast<uint32_t>(sys::RandomU64() & 0xffff), 2);
     taken = RdsError(EADDRINUSE);
     for (uint32_t i = 0; i < 65536; ++i) {
       uint32_t candidate = (start + i) & 0xffff;

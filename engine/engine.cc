@@ -54,11 +54,11 @@ bool AlreadyDelivered(const Path& p, const wire::Header& h) {
 rds::Mutex engine_mu(absl::kConstInit);
 std::atomic<Engine*> engine_ptr{nullptr};
 
+// GEN_NUM: differs between a process and its fork children's engines.
 uint32_t RandomGen() {
-  absl::BitGen gen;
   uint32_t g;
   do {
-    g = absl::Uniform<uint32_t>(gen);
+    g = static_cast<uint32_t>(sys::RandomU64());
   } while (g == 0);
   return g;
 }

@@ -9,7 +9,6 @@
 
 #include "absl/base/call_once.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "engine/sync.h"
@@ -49,10 +48,10 @@ uint64_t g_next_id ABSL_GUARDED_BY(g_id_mu) = 0;  // 0: draw a base at next use
 uint64_t NextId(bool fresh_base) {
   rds::MutexLock lock(&g_id_mu);
   if (fresh_base || g_next_id == 0 || (g_next_id & kIdCounterMask) == 0) {
-    thread_local absl::BitGen gen;
+    // From the kernel: a fork child must not draw its siblings' base.
     uint64_t base;
     do {
-      base = absl::Uniform<uint64_t>(gen) & ~kIdCounterMask & 0x3fffffffffffffffULL;
+      base = sys::RandomU64() & ~kIdCounterMask & 0x3fffffffffffffffULL;
     } while (base == 0);
     g_next_id = base + 1;
   }

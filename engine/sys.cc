@@ -174,6 +174,29 @@ ssize_t SpliceToSocketNoSignal(int pipe_fd, int sock, size_t len, unsigned int f
   return n;
 }
 
+uint64_t RandomU64() {
+  uint64_t v = 0;
+  size_t got = 0;
+  while (got < sizeof(v)) {
+    long n = syscall(SYS_getrandom, reinterpret_cast<char*>(&v) + got, sizeof(v) - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (errno != EINTR) {
+      // No getrandom (before Linux 3.17, or filtered by seccomp): the clock and
+      // the pid still differ between a parent and its children.
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      uint64_t x = (static_cast<uint64_t>(ts.tv_nsec) << 20) ^ static_cast<uint64_t>(ts.tv_sec) ^
+                   (static_cast<uint64_t>(syscall(SYS_getpid)) << 40);
+      x ^= x >> 33;  // splitmix64's finaliser: spread the bits
+      x *= 0xff51afd7ed558ccdULL;
+      x ^= x >> 33;
+      return v ^ x;
+    }
+  }
+  return v;
+}
+
 int MakeInternal(int fd) {
   if (fd < 0) return fd;
   int floor = HighFloor();

@@ -75,6 +75,12 @@ ssize_t Splice(int fd_in, int fd_out, size_t len, unsigned int flags);
 // the error is EPIPE as from send(MSG_NOSIGNAL).
 ssize_t SpliceToSocketNoSignal(int pipe_fd, int sock, size_t len, unsigned int flags);
 
+// 64 random bits from the kernel (getrandom(2)), fresh in every process: for
+// what must differ between a process and its fork children (socket id bases,
+// engine generations, ephemeral ports). A user-space generator's state is
+// copied by fork, so every child of one parent would draw the same values.
+uint64_t RandomU64();
+
 // Moves `fd` to a high number (close-on-exec) and records it as internal.
 // Returns the new fd, or `fd` itself if it cannot be moved (still recorded).
 int MakeInternal(int fd);

@@ -37,6 +37,7 @@ _DEFAULTS = {
     "RDS_IT_PRELOAD_LIB": os.path.join(REPO, "build", "preload", "librds_preload.so"),
     "RDS_PEER": os.path.join(REPO, "build", "tests", "integration", "rds_peer"),
     "CLOSE_FORK_PROBE": os.path.join(REPO, "build", "tests", "integration", "close_fork_probe"),
+    "LIFETIME_PROBE": os.path.join(REPO, "build", "tests", "integration", "lifetime_probe"),
     "BAD_INPUT_PROBE": os.path.join(REPO, "build", "tests", "integration", "bad_input_probe"),
     "FORTIFY_CLIENT": os.path.join(REPO, "build", "tests", "integration", "fortify_client"),
 }
@@ -467,7 +468,11 @@ def run_tests(limit_seconds):
     """unittest.main with meson's exit codes: 0 pass, 77 all skipped, 1 failure."""
     watchdog(limit_seconds)
     start = time.monotonic()
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
+    main = sys.modules["__main__"]
+    # Test names on the command line (Class.test_name) run only those.
+    names = [a for a in sys.argv[1:] if not a.startswith("-")]
+    suite = (unittest.defaultTestLoader.loadTestsFromNames(names, main) if names
+             else unittest.defaultTestLoader.loadTestsFromModule(main))
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stderr).run(suite)
     CLEANUP.run()
     log(f"driver time {time.monotonic() - start:.1f} s")
