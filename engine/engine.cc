@@ -45,6 +45,25 @@ absl::Duration FirstReconnectBackoff() {
   return absl::Milliseconds(std::max<int64_t>(conf::Get().reconnect_min_delay_ms, 1));
 }
 
+// A path that is down and whose reconnection has failed since (its back-off
+// grew past the first step) has no reachable peer for now.
+bool PathUnreachable(const Path& p) {
+  return !p.link && !p.connecting && p.backoff > FirstReconnectBackoff();
+}
+
+// Route queries to the connection's host fail (its connection attempts do),
+// and no path to it is up.
+bool QueriesFail(Connection& c) {
+  return !c.AnyUpPath() && !c.query_link && c.query_backoff >= FirstReconnectBackoff();
+}
+
+// The sending socket was closed (its last fd). Called on the engine thread.
+bool SenderClosed(const Message& m) {
+  if (m.sender == nullptr) return false;
+  rds::MutexLock lock(&m.sender->mu);
+  return m.sender->released;
+}
+
 // A retransmission of a message delivered before its link broke (kernel
 // rds_recv_incoming drops it).
 bool AlreadyDelivered(const Path& p, const wire::Header& h) {
@@ -541,7 +560,11 @@ void Engine::ConnectPath(Path& p) {
     });
     if (!s.ok()) {
       log::Debug("connect %s: %s", c.key.faddr.ToString(), s.ToString());
-      SchedulePathRetry(p);
+      if (absl::IsNotFound(s)) {
+        DropPath(p, "no engine serves that host");
+      } else {
+        SchedulePathRetry(p);
+      }
       return;
     }
     desc = absl::StrFormat("tcp %s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
@@ -585,6 +608,14 @@ void Engine::ConnectPath(Path& p) {
     if (pp->connecting != l) return;
     pp->connecting.reset();
     log::Debug("connect attempt failed: %s", why.ToString());
+    if (absl::IsNotFound(why)) {
+      // Refused: no engine runs on that host any more (every engine listens
+      // on the rendezvous port), so the peer engine is gone with its
+      // sockets. Its messages are dropped as a kernel host drops messages
+      // for a port nobody bound (DESIGN.md §3.3).
+      DropPath(*pp, "no engine serves that host");
+      return;
+    }
     SchedulePathRetry(*pp);
   };
   link->SetCallbacks(std::move(cb));
@@ -726,6 +757,9 @@ void Engine::SchedulePathRetry(Path& p) {
     delay = absl::Milliseconds(
         absl::Uniform<int64_t>(gen, 0, std::max<int64_t>(absl::ToInt64Milliseconds(p.backoff), 1)));
     p.backoff = std::min(p.backoff * 2, absl::Milliseconds(cfg.reconnect_max_delay_ms));
+    // Unreachable now (PathUnreachable): what closed sockets left here would
+    // wait for a peer that may never come back (close drops such messages).
+    DropClosedSenders(p.backlog, nullptr);
   }
   Path* pp = &p;
   p.retry_timer = loop_.After(delay, [this, pp] {
@@ -1015,6 +1049,7 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     cp->query_backoff =
         std::clamp(cp->query_backoff * 2, FirstReconnectBackoff(),
                    absl::Milliseconds(cfg.reconnect_max_delay_ms));
+    for (auto& [port, q] : cp->unresolved) DropClosedSenders(q, nullptr);
     absl::Duration delay = absl::Milliseconds(absl::Uniform<int64_t>(
         gen, 0, std::max<int64_t>(absl::ToInt64Milliseconds(cp->query_backoff), 1)));
     cp->query_timer = loop_.After(delay, [this, cp] {
@@ -1024,7 +1059,11 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
   };
   if (!s.ok()) {
     log::Debug("route query to %s: %s", c.key.faddr.ToString(), s.ToString());
-    retry();
+    if (absl::IsNotFound(s)) {
+      NoEngineAt(c);
+    } else {
+      retry();
+    }
     return;
   }
   auto link = StreamLink::Create(
@@ -1063,12 +1102,16 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     OnRouteAnswer(*cp, port, hello->answer_pid);
     ResolvePending(*cp);
   };
-  cb.on_closed = [cp, weak, retry](const absl::Status& why) {
+  cb.on_closed = [this, cp, weak, retry](const absl::Status& why) {
     auto l = weak.lock();
     if (cp->query_link != l) return;
     cp->query_link.reset();
     log::Debug("route query failed: %s", why.ToString());
-    retry();
+    if (absl::IsNotFound(why)) {
+      NoEngineAt(*cp);
+    } else {
+      retry();
+    }
   };
   link->SetCallbacks(std::move(cb));
 }
@@ -1090,6 +1133,16 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
   if (port != 0) c.routes[port] = {pid, 0};
   Path& p = GetPath(c, pid, true);
   for (MessagePtr& m : waiting) PathSend(p, std::move(m));
+}
+
+// The connection's host refused a route query: no shim engine runs there, so
+// nobody has any port bound. What waits for a route is dropped as a kernel
+// host drops messages for a port nobody bound; the next message asks again.
+void Engine::NoEngineAt(Connection& c) {
+  c.query_backoff = absl::ZeroDuration();  // an answer, not a failure
+  std::vector<uint16_t> ports;
+  for (auto& [port, q] : c.unresolved) ports.push_back(port);
+  for (uint16_t port : ports) OnRouteAnswer(c, port, 0);
 }
 
 void Engine::ResolvePending(Connection& c) {
@@ -1426,14 +1479,12 @@ size_t Engine::PendingMessages() {
   // back-off grew past the first step), or a route query whose connection
   // failed, has no reachable peer: nothing to wait for at exit, where kernel
   // RDS drops a closed socket's messages anyway (DESIGN.md §4.1).
-  const absl::Duration first_backoff = FirstReconnectBackoff();
   size_t n = 0;
   for (auto& [key, c] : connections_) {
-    const bool queries_fail =
-        !c->AnyUpPath() && !c->query_link && c->query_backoff >= first_backoff;
+    const bool queries_fail = QueriesFail(*c);
     for (auto& [port, q] : c->unresolved) n += queries_fail ? 0 : q.size();
     for (auto& [pid, p] : c->paths) {
-      if (!p->link && !p->connecting && p->backoff > first_backoff) continue;
+      if (PathUnreachable(*p)) continue;
       n += p->backlog.size() + p->unacked.size();
     }
   }
@@ -1480,6 +1531,32 @@ void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoi
     done.Notify();
   });
   done.WaitForNotification();
+}
+
+void Engine::ReleaseSender(std::shared_ptr<RdsSocket> rs) {
+  rds::Notification done;
+  loop_.Post([this, rs, &done] {
+    for (auto& [key, c] : connections_) {
+      if (QueriesFail(*c)) {
+        for (auto& [port, q] : c->unresolved) DropClosedSenders(q, rs.get());
+      }
+      for (auto& [pid, p] : c->paths) {
+        if (PathUnreachable(*p)) DropClosedSenders(p->backlog, rs.get());
+      }
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
+// Drops the messages of `only` (of every closed socket if null) from `q`:
+// their destination cannot be reached now, and their sender is gone.
+void Engine::DropClosedSenders(std::deque<MessagePtr>& q, const RdsSocket* only) {
+  for (MessagePtr& m : q) {
+    if (m->cancelled.load()) continue;
+    if (only != nullptr ? m->sender != only : !SenderClosed(*m)) continue;
+    if (!m->cancelled.exchange(true)) DropMessage(m, stats::kShimSendDropCancelled);
+  }
 }
 
 }  // namespace rds

@@ -7,7 +7,7 @@
 // host: TCP), transmits them, accepts links from other engines, and delivers
 // what arrives into the sockets' receive queues.
 //
-// Thread-safety: Get(), Serve(), Submit() and CancelSentTo() are safe from
+// Thread-safety: Get(), Serve(), Submit(), CancelSentTo() and ReleaseSender() are safe from
 // any thread; everything else runs with the event loop's run lock held: on
 // the engine thread, or on an application thread inside Submit's inline fast
 // path (EventLoop::TryRunInline).
@@ -111,6 +111,13 @@ class Engine {
   // Drops `rs`'s queued messages to `dest` (every destination if nullopt),
   // freeing their send space: RDS_CANCEL_SENT_TO and close. Waits until done.
   void CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest);
+  // close() of `rs` (its last fd): drops its queued messages whose
+  // destination cannot be reached now (a path whose reconnection failed, a
+  // host whose route queries fail); the others are on their way, as kernel
+  // RDS has transmitted them by the time sendmsg returns, and messages left
+  // behind are dropped if their destination becomes unreachable later
+  // (DESIGN.md §3.3). Waits until done.
+  void ReleaseSender(std::shared_ptr<RdsSocket> rs);
 
   // At process exit: waits (at most `limit`) until every queued message has
   // been written to its transport, as kernel RDS has written it to TCP or
@@ -170,8 +177,10 @@ class Engine {
   void StartQueryLink(Connection& c, uint16_t port);
   void OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid);
   void ResolvePending(Connection& c);
+  void NoEngineAt(Connection& c);
   uint32_t AnswerRouteQuery(const std::shared_ptr<NetNs>& ns, const RdsAddr& addr, uint16_t port);
   void DropMessage(const MessagePtr& m, int counter);
+  void DropClosedSenders(std::deque<MessagePtr>& q, const RdsSocket* only);
   // Routes the messages Submit queued for the engine thread, in order.
   void RouteSubmitted();
 

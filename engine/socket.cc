@@ -298,10 +298,10 @@ void Release(RdsSocket& rs) {
   }
   UpdateReceiveCongestion(rs);  // a released socket's bit is cleared (§A.10 step 3)
   // Unbinding after marking the socket released: a concurrent delivery that
-  // still finds it drops the message as for a dead socket. Queued sends are
-  // dropped by the transmit path when it sees `released`.
+  // still finds it drops the message as for a dead socket. Queued sends go
+  // on unless their destination is unreachable (Engine::ReleaseSender).
   Unbind(rs);
-  if (has_sent) Engine::Get().CancelSentTo(rs.shared_from_this(), std::nullopt);
+  if (has_sent) Engine::Get().ReleaseSender(rs.shared_from_this());
   HostRegistry::Get().ReleaseSocket(rs.id);
 }
 

@@ -149,6 +149,7 @@ int EventFd(unsigned int initval, int flags) {
   return static_cast<int>(syscall(SYS_eventfd2, initval, flags));
 }
 int Setns(int fd, int nstype) { return static_cast<int>(syscall(SYS_setns, fd, nstype)); }
+pid_t GetPid() { return static_cast<pid_t>(syscall(SYS_getpid)); }
 int Pipe2(int fds[2], int flags) { return static_cast<int>(syscall(SYS_pipe2, fds, flags)); }
 ssize_t Vmsplice(int fd, const struct iovec* iov, unsigned long n, unsigned int flags) {
   return syscall(SYS_vmsplice, fd, iov, n, flags);

@@ -66,6 +66,7 @@ int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
 int EventFd(unsigned int initval, int flags);
 int Setns(int fd, int nstype);
 int Pipe2(int fds[2], int flags);
+pid_t GetPid();
 ssize_t Vmsplice(int fd, const struct iovec* iov, unsigned long n, unsigned int flags);
 // splice(2) between two fds at their current positions (no offsets).
 ssize_t Splice(int fd_in, int fd_out, size_t len, unsigned int flags);

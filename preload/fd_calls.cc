@@ -3,6 +3,8 @@
 //
 // Internal fds (the engine's own) are invisible to the application: closing
 // or duplicating onto them fails with EBADF as if they were not open.
+// In a vfork child (preload/lifecycle.h) every call here is only the system
+// call: the table and the sockets in memory are the parent's.
 // fcntl and fcntl64 are both defined here: without this, glibc's headers
 // would rename fcntl to fcntl64 (large-file build) and the two would clash.
 #undef _FILE_OFFSET_BITS
@@ -18,6 +20,7 @@
 #include "engine/sys.h"
 #include "preload/errno_policy.h"
 #include "preload/fd_table.h"
+#include "preload/lifecycle.h"
 #include "preload/real.h"
 
 using rds::RdsSocket;
@@ -52,7 +55,9 @@ void Duplicate(const std::shared_ptr<const FdEntry>& e, int newfd) {
 
 int CloseRangeImpl(unsigned int first, unsigned int last, int flags) {
   if (first > last) return Fail<int>(EINVAL);
-  if (flags & CLOSE_RANGE_CLOEXEC) return rds::real::close_range(first, last, flags);
+  if ((flags & CLOSE_RANGE_CLOEXEC) || rds::preload::InVforkChild()) {
+    return rds::real::close_range(first, last, flags);
+  }
   // Close around the engine's fds.
   std::vector<unsigned int> internal;
   rds::sys::ForEachInternal([&](int fd) { internal.push_back(static_cast<unsigned int>(fd)); });
@@ -82,8 +87,10 @@ int CloseRangeImpl(unsigned int first, unsigned int last, int flags) {
 extern "C" {
 
 int close(int fd) {
-  if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
-  if (!rds::preload::MaybeRds(fd)) return rds::real::close(fd);
+  const bool internal = rds::sys::IsInternal(fd);
+  if (!internal && !rds::preload::MaybeRds(fd)) return rds::real::close(fd);
+  if (rds::preload::InVforkChild()) return rds::real::close(fd);
+  if (internal) return Fail<int>(EBADF);
   std::shared_ptr<const FdEntry> e = rds::preload::Unpublish(fd);
   int r = rds::real::close(fd);
   DropEntry(e);
@@ -100,6 +107,9 @@ void closefrom(int lowfd) {
 }
 
 int dup(int fd) {
+  if ((rds::sys::IsInternal(fd) || rds::preload::MaybeRds(fd)) && rds::preload::InVforkChild()) {
+    return rds::real::dup(fd);
+  }
   if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
   auto e = Lookup(fd);
   int r = rds::real::dup(fd);
@@ -108,9 +118,16 @@ int dup(int fd) {
 }
 
 static int Dup2Impl(int oldfd, int newfd, int flags, bool three) {
+  auto real = [&] {
+    return three ? rds::real::dup3(oldfd, newfd, flags) : rds::real::dup2(oldfd, newfd);
+  };
+  const bool involved = rds::sys::IsInternal(oldfd) || rds::sys::IsInternal(newfd) ||
+                        rds::preload::MaybeRds(oldfd) || rds::preload::MaybeRds(newfd);
+  if (!involved) return real();
+  if (rds::preload::InVforkChild()) return real();
   if (rds::sys::IsInternal(oldfd) || rds::sys::IsInternal(newfd)) return Fail<int>(EBADF);
   auto e = Lookup(oldfd);
-  int r = three ? rds::real::dup3(oldfd, newfd, flags) : rds::real::dup2(oldfd, newfd);
+  int r = real();
   if (r < 0 || oldfd == newfd) return r;
   std::shared_ptr<const FdEntry> replaced = rds::preload::Unpublish(newfd);
   Duplicate(e, newfd);
@@ -122,6 +139,11 @@ int dup2(int oldfd, int newfd) { return Dup2Impl(oldfd, newfd, 0, false); }
 int dup3(int oldfd, int newfd, int flags) { return Dup2Impl(oldfd, newfd, flags, true); }
 
 static int FcntlImpl(int fd, int cmd, long arg) {
+  const bool dups = cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC;
+  if (dups && (rds::sys::IsInternal(fd) || rds::preload::MaybeRds(fd)) &&
+      rds::preload::InVforkChild()) {
+    return rds::real::fcntl(fd, cmd, arg);
+  }
   if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
   auto e = Lookup(fd);
   int r = rds::real::fcntl(fd, cmd, arg);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -50,14 +51,33 @@ __attribute__((constructor)) void NoteInheritedRdsFds() {
   closedir(d);
 }
 
-// exit() and return from main: messages sendmsg accepted are written out
-// first (_exit and signals cannot be caught; see DESIGN.md §7).
-__attribute__((destructor)) void FlushAtExit() {
-  if (!AnyRds()) return;
-  Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+// The process whose memory this is (InVforkChild): set at load and in every
+// fork child, before anything else runs there.
+std::atomic<pid_t> memory_owner{0};
+
+void NoteMemoryOwner() { memory_owner.store(sys::GetPid(), std::memory_order_relaxed); }
+
+__attribute__((constructor)) void FollowMemoryOwner() {
+  NoteMemoryOwner();
+  pthread_atfork(nullptr, nullptr, NoteMemoryOwner);
 }
 
+// exit() and return from main (a program whose sockets were closed first,
+// as CPython's at shutdown, included). _exit and exec are interposed
+// (preload/exec_calls.cc); fatal signals cannot be caught (DESIGN.md §4.1).
+__attribute__((destructor)) void FlushAtExit() { FlushBeforeImageEnds(); }
+
 }  // namespace
+
+bool InVforkChild() {
+  const pid_t owner = memory_owner.load(std::memory_order_relaxed);
+  return owner != 0 && owner != sys::GetPid();
+}
+
+void FlushBeforeImageEnds() {
+  if (Engine::IfRunning() == nullptr || InVforkChild()) return;
+  Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+}
 
 void OnFirstRdsSocket() {
   static std::once_flag once;

@@ -1,7 +1,8 @@
 // preload/lifecycle.h — process events the shim must follow: library load
-// (inherited RDS fds), fork, and the locks that must not be inherited held.
+// (inherited RDS fds), fork, vfork children, exec and exit, and the locks that
+// must not be inherited held.
 //
-// Thread-safety: EnsureForkHandlers is safe for concurrent use.
+// Thread-safety: safe for concurrent use.
 #ifndef RDS_PRELOAD_LIFECYCLE_H_
 #define RDS_PRELOAD_LIFECYCLE_H_
 
@@ -14,6 +15,21 @@ inline constexpr char kVersion[] = RDS_PRELOAD_VERSION;
 // installs crash handlers if asked (RDS_PRELOAD_BACKTRACE), prints the
 // banner of non-default settings if asked (RDS_PRELOAD_SHOW_CONFIG).
 void OnFirstRdsSocket();
+
+// True in a child that shares this process's memory until it execs or exits
+// (vfork(), posix_spawn's clone(CLONE_VM|CLONE_VFORK), CPython's
+// _posixsubprocess): the fd table, the sockets and the engine in memory are the
+// parent's, while the descriptors are the child's own copies. Wrappers called
+// there only make the system call, never touch that state (DESIGN.md §2.4).
+// One getpid(2); call it only where the state would be touched.
+bool InVforkChild();
+
+// Before this process's image ends (exec, _exit, exit): waits, at most
+// RDS_PRELOAD_EXIT_FLUSH_MS, until the messages sendmsg accepted are
+// acknowledged by their receivers, as kernel RDS has transmitted them by the
+// time sendmsg returns (DESIGN.md §4.1). Nothing in a vfork child (the
+// parent's engine goes on) or in a process without an engine.
+void FlushBeforeImageEnds();
 
 }  // namespace rds::preload
 

@@ -26,6 +26,14 @@ int RawEpollPwait2(int ep, epoll_event* ev, int max, const struct timespec* t, c
   return static_cast<int>(syscall(SYS_epoll_pwait2, ep, ev, max, t, m, size_t{8}));
 }
 
+int RawExecveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
+  return static_cast<int>(syscall(SYS_execveat, dirfd, path, argv, envp, flags));
+}
+
+[[noreturn]] void RawExit(int status) {
+  for (;;) syscall(SYS_exit_group, status);
+}
+
 }  // namespace
 
 #define RDS_REAL(name, ...) static auto* fn = Next<decltype(::name)>(#name); return fn(__VA_ARGS__)
@@ -124,6 +132,23 @@ int close_range(unsigned int first, unsigned int last, int flags) {
   using Fn = int(unsigned int, unsigned int, int);
   static auto* fn = Next<Fn>("close_range", &RawCloseRange);
   return fn(first, last, flags);
+}
+
+int execve(const char* p, char* const a[], char* const e[]) { RDS_REAL(execve, p, a, e); }
+int execv(const char* p, char* const a[]) { RDS_REAL(execv, p, a); }
+int execvp(const char* f, char* const a[]) { RDS_REAL(execvp, f, a); }
+int execvpe(const char* f, char* const a[], char* const e[]) { RDS_REAL(execvpe, f, a, e); }
+int fexecve(int fd, char* const a[], char* const e[]) { RDS_REAL(fexecve, fd, a, e); }
+int execveat(int dirfd, const char* p, char* const a[], char* const e[], int flags) {
+  using Fn = int(int, const char*, char* const[], char* const[], int);
+  static auto* fn = Next<Fn>("execveat", &RawExecveat);
+  return fn(dirfd, p, a, e, flags);
+}
+void _exit(int status) {
+  using Fn = void(int);
+  static auto* fn = Next<Fn>("_exit", &RawExit);
+  fn(status);
+  RawExit(status);  // libc's _exit does not return either
 }
 
 #undef RDS_REAL

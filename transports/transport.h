@@ -36,7 +36,9 @@ class Link {
     std::function<void(const MessagePtr& m)> on_sent;
     // The link failed or the peer closed it; no callback follows. Reported
     // from the event loop (never from inside Send); messages sent after the
-    // failure and before this callback are silently dropped.
+    // failure and before this callback are silently dropped. An outgoing
+    // link whose connection was refused (nobody serves that address) reports
+    // NotFound; other failures are Unavailable.
     std::function<void(const absl::Status& why)> on_closed;
   };
 

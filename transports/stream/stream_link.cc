@@ -233,7 +233,11 @@ void StreamLink::OnEvents(uint32_t events) {
     sys::Getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
       stats::Inc(stats::kShimConnFailed);
-      Fail(absl::UnavailableError(absl::StrFormat("connect: %s", strerror(err))));
+      // Refused: nothing listens there (for a TCP link: no RDS endpoint
+      // serves that host), which is not a failure worth retrying.
+      Fail(err == ECONNREFUSED
+               ? absl::NotFoundError("connect: nothing listens there (connection refused)")
+               : absl::UnavailableError(absl::StrFormat("connect: %s", strerror(err))));
       return;
     }
     connecting_ = false;

@@ -51,6 +51,10 @@ absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t
   if (sys::Connect(fd, reinterpret_cast<sockaddr*>(&remote), rlen) != 0 && errno != EINPROGRESS) {
     int err = errno;
     sys::Close(fd);
+    if (err == ECONNREFUSED) {  // as a StreamLink reports a refusal seen later
+      return absl::NotFoundError(
+          absl::StrFormat("connect %s:%d: nothing listens there", faddr.ToString(), port));
+    }
     return absl::UnavailableError(
         absl::StrFormat("connect %s:%d: %s", faddr.ToString(), port, strerror(err)));
   }
