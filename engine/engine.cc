@@ -126,6 +126,33 @@ void Engine::ResetAfterFork() {
   engine_ptr.store(nullptr, std::memory_order_release);
 }
 
+void Engine::AbandonAfterLostFds() {
+  Engine* e = engine_ptr.exchange(nullptr, std::memory_order_acq_rel);
+  if (e != nullptr) e->loop_.Abandon();
+}
+
+bool Engine::RunOnLoopAndWait(std::function<void()> task) {
+  // Shared with the task: should the wait give up, the task may still run.
+  auto done = std::make_shared<rds::Notification>();
+  loop_.Post([task = std::move(task), done] {
+    task();
+    done->Notify();
+  });
+  // An engine answers within microseconds; a wait this long means its thread
+  // is gone or its fds are (a raw close_range system call): look, and go on
+  // waiting only while they are intact.
+  constexpr absl::Duration kLook = absl::Milliseconds(200);
+  while (!done->WaitForNotificationWithDeadline(absl::Now() + kLook)) {
+    if (loop_.abandoned()) return false;
+    if (sys::InternalFdsLost()) {
+      log::Warn("the engine's descriptors were closed behind its back; starting afresh");
+      HandleLostFds();
+      return false;
+    }
+  }
+  return true;
+}
+
 Engine::Engine() : pid_(static_cast<uint32_t>(getpid())), gen_(RandomGen()) {}
 
 void Engine::Start() {
@@ -1461,14 +1488,9 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
     return out;
   };
   if (OnEngineThread()) return collect();
-  std::vector<PathInfo> result;
-  rds::Notification done;
-  loop_.Post([&] {
-    result = collect();
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
+  auto result = std::make_shared<std::vector<PathInfo>>();
+  RunOnLoopAndWait([result, collect] { *result = collect(); });
+  return std::move(*result);
 }
 
 // ---------------------------------------------------------------------------
@@ -1512,8 +1534,7 @@ void Engine::DrainAtExit(absl::Duration limit) {
 // Cancellation.
 
 void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest) {
-  rds::Notification done;
-  loop_.Post([this, rs, dest, &done] {
+  RunOnLoopAndWait([this, rs, dest] {
     auto cancel = [&](std::deque<MessagePtr>& q) {
       for (MessagePtr& m : q) {
         if (Matches(m, rs.get(), dest) && !m->cancelled.exchange(true)) {
@@ -1528,14 +1549,11 @@ void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoi
         cancel(p->unacked);
       }
     }
-    done.Notify();
   });
-  done.WaitForNotification();
 }
 
 void Engine::ReleaseSender(std::shared_ptr<RdsSocket> rs) {
-  rds::Notification done;
-  loop_.Post([this, rs, &done] {
+  RunOnLoopAndWait([this, rs] {
     for (auto& [key, c] : connections_) {
       if (QueriesFail(*c)) {
         for (auto& [port, q] : c->unresolved) DropClosedSenders(q, rs.get());
@@ -1544,9 +1562,7 @@ void Engine::ReleaseSender(std::shared_ptr<RdsSocket> rs) {
         if (PathUnreachable(*p)) DropClosedSenders(p->backlog, rs.get());
       }
     }
-    done.Notify();
   });
-  done.WaitForNotification();
 }
 
 // Drops the messages of `only` (of every closed socket if null) from `q`:

@@ -74,6 +74,9 @@ class Engine {
   static Engine* IfRunning();
   // In a fork child: forget the parent's engine (it has no thread here).
   static void ResetAfterFork();
+  // Its fds were lost (engine/fork.h): the engine is abandoned (its loop
+  // stops touching fds; the object is leaked) and forgotten.
+  static void AbandonAfterLostFds();
 
   // Makes this engine reachable for sockets in `ns`: its Unix listener and
   // the namespace's TCP rendezvous listener. Synchronous.
@@ -195,6 +198,10 @@ class Engine {
              uint32_t answer_pid, bool close_after, uint64_t ack = 0);
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
+  // Runs `task` on the engine thread and waits for it; if the engine does not
+  // answer because its fds were lost behind its back (sys::InternalFdsLost),
+  // recovers (HandleLostFds) and returns false without waiting further.
+  bool RunOnLoopAndWait(std::function<void()> task);
   void SendCongestionMap(Path& p);
   size_t PendingMessages();
 

@@ -292,6 +292,7 @@ void EventLoop::Run() {
     int err = errno;
     LockRun();
     pollers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (abandoned()) break;  // its fds may be the application's now
     if (n < 0) {
       if (err != EINTR) log::Error("epoll_wait: %s", strerror(err));
       n = 0;
@@ -402,6 +403,12 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
     int err = errno;
     LockRun();
     pollers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (abandoned() || (n < 0 && (err == EBADF || err == EINVAL))) {
+      // The loop's fds were closed under it: this socket's engine is gone.
+      n = 0;
+      *result = RdsError(EBADF);
+      break;
+    }
     if (n < 0) {
       n = 0;
       if (err != EINTR) {
@@ -469,6 +476,12 @@ std::optional<int> EventLoop::PollDriving(struct pollfd* fds, nfds_t n,
     err = errno;
     LockRun();
     pollers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (abandoned()) {
+      // The loop's fds were closed under it: the caller looks at its
+      // sockets again (they are orphaned now) and at its own fds.
+      result = 0;
+      break;
+    }
     if (r < 0) {
       result = -1;  // EINTR (a handler ran), ENOMEM, or EINVAL (below)
       break;
@@ -494,6 +507,14 @@ std::optional<int> EventLoop::PollDriving(struct pollfd* fds, nfds_t n,
   if (result < 0 && err == EINVAL) return std::nullopt;
   if (result < 0) errno = err;
   return result;
+}
+
+void EventLoop::Abandon() {
+  abandoned_.store(true, std::memory_order_release);
+  stop_.store(true);
+  std::lock_guard<std::mutex> lock(park_mu_);
+  park_kick_ = true;
+  park_cv_.notify_one();
 }
 
 void EventLoop::Stop() {

@@ -120,6 +120,12 @@ class EventLoop {
   // Runs until Stop(); call on the loop thread.
   void Run();
   void Stop();
+  // Any thread: the loop's fds were closed behind its back (sys::
+  // InternalFdsLost). Its thread and drivers leave at their next wake-up
+  // without touching an fd again (the numbers may be the application's now);
+  // a waiting Drive returns EBADF. Nothing is woken through an fd.
+  void Abandon();
+  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
 
  private:
   struct Timer {
@@ -162,6 +168,7 @@ class EventLoop {
   TimerId next_timer_ = 1;
   std::vector<Task> deferred_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> abandoned_{false};
 
   // Held by the loop thread except in epoll_wait (see TryRunInline).
   rds::Mutex run_mu_;

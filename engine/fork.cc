@@ -1,6 +1,8 @@
 // engine/fork.cc — resetting the engine in a fork child.
 #include "engine/fork.h"
 
+#include <atomic>
+
 #include "engine/bind.h"
 #include "engine/cong.h"
 #include "engine/engine.h"
@@ -54,6 +56,37 @@ void ResetEngineAfterFork() {
   log::ResetAfterFork();
   Waiter::ResetFreeListAfterFork();
   Waiter::ForThisThread().Reopen();
+}
+
+void ResetEngineAfterLostFds(int overwritten) {
+  // The loop first: from now on its thread and drivers touch no fd.
+  Engine::AbandonAfterLostFds();
+  if (overwritten >= 0) {
+    sys::ForEachInternal([overwritten](int fd) {
+      if (fd != overwritten) sys::Close(fd);
+    });
+  }
+  sys::ForgetAllInternal();
+  NetNs::ResetAfterFork();
+  ResetBindTableAfterFork();
+  CongestionTable::ResetAfterFork();
+  ShmArena::ResetAfterFork();
+  PeerArena::ResetAfterFork();
+  ResetSocketListAfterFork();
+  HostRegistry::Get().ResetAfterFork();
+  log::ResetAfterFork();
+  Waiter::ReplaceAllAfterLostFds();
+  ParentAfterFork();
+}
+
+namespace {
+std::atomic<void (*)()> lost_fds_handler{nullptr};
+}  // namespace
+
+void SetLostFdsHandler(void (*handler)()) { lost_fds_handler.store(handler); }
+
+void HandleLostFds() {
+  if (void (*h)() = lost_fds_handler.load()) h();
 }
 
 }  // namespace rds

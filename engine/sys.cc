@@ -3,6 +3,8 @@
 
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -198,17 +200,55 @@ uint64_t RandomU64() {
   return v;
 }
 
-int MakeInternal(int fd) {
-  if (fd < 0) return fd;
+namespace {
+
+// The canary (InternalFdsLost): -1 until the first internal fd is made.
+std::atomic<int> canary_fd{-1};
+dev_t canary_dev = 0;
+ino_t canary_ino = 0;
+std::atomic_flag canary_making = ATOMIC_FLAG_INIT;
+
+int MoveHigh(int fd) {
   int floor = HighFloor();
-  int moved = fd;
   if (floor > 0 && fd < floor) {
     int high = Fcntl(fd, F_DUPFD_CLOEXEC, floor);
     if (high >= 0) {
       Close(fd);
-      moved = high;
+      return high;
     }
   }
+  return fd;
+}
+
+void MakeCanary() {
+  if (canary_fd.load(std::memory_order_acquire) >= 0 || canary_making.test_and_set()) return;
+  int fd = MoveHigh(EventFd(0, EFD_CLOEXEC));
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0) {
+    canary_dev = st.st_dev;
+    canary_ino = st.st_ino;
+    SetBit(fd, true);
+    canary_fd.store(fd, std::memory_order_release);
+  } else if (fd >= 0) {
+    Close(fd);
+  }
+  canary_making.clear();
+}
+
+}  // namespace
+
+bool InternalFdsLost() {
+  const int fd = canary_fd.load(std::memory_order_acquire);
+  if (fd < 0) return false;
+  struct stat st;
+  if (fstat(fd, &st) != 0) return true;
+  return st.st_ino != canary_ino || st.st_dev != canary_dev;
+}
+
+int MakeInternal(int fd) {
+  if (fd < 0) return fd;
+  MakeCanary();
+  int moved = MoveHigh(fd);
   SetBit(moved, true);
   return moved;
 }
@@ -236,6 +276,7 @@ void ForEachInternal(absl::FunctionRef<void(int fd)> fn) {
 
 void ForgetAllInternal() {
   for (auto& w : internal_bits) w.store(0, std::memory_order_relaxed);
+  canary_fd.store(-1, std::memory_order_release);
 }
 
 }  // namespace rds::sys

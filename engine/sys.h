@@ -91,8 +91,15 @@ int CloseInternal(int fd);
 bool IsInternal(int fd);
 // Calls fn(fd) for every internal fd, in ascending order.
 void ForEachInternal(absl::FunctionRef<void(int fd)> fn);
-// Forgets every internal fd without closing it.
+// Forgets every internal fd without closing it (and the canary below).
 void ForgetAllInternal();
+
+// True if the internal fds were closed or replaced behind the shim's back: a
+// raw close_range(2) or close(2) system call, which no wrapper sees. The
+// first internal fd made is a canary at the lowest internal number (an
+// eventfd whose inode is remembered): a range closed from below, as "close
+// everything above stdio" does, takes it with the rest. One fstat(2).
+bool InternalFdsLost();
 
 }  // namespace rds::sys
 

@@ -53,6 +53,10 @@ std::atomic<bool> g_set_ticks_works{true};
 rds::Mutex g_free_mu(absl::kConstInit);
 std::vector<Waiter*>* g_free ABSL_GUARDED_BY(g_free_mu) = nullptr;
 
+// Bumped when the internal fds were lost: a waiter made before takes a new
+// timerfd at its owner's next ForThisThread().
+std::atomic<uint64_t> g_fd_epoch{0};
+
 thread_local WakeBatch* t_wake_batch = nullptr;
 thread_local Waiter* t_own_waiter = nullptr;
 
@@ -81,7 +85,16 @@ Waiter& Waiter::ForThisThread() {
   };
   thread_local Slot slot;
   t_own_waiter = slot.w;
+  if (slot.w->fd_epoch_ != g_fd_epoch.load(std::memory_order_acquire)) slot.w->Reopen();
   return *slot.w;
+}
+
+void Waiter::ReplaceAllAfterLostFds() {
+  {
+    rds::MutexLock lock(&g_free_mu);
+    g_free = nullptr;  // leaked, with their lost timerfds
+  }
+  g_fd_epoch.fetch_add(1, std::memory_order_release);
 }
 
 void Waiter::ResetFreeListAfterFork() {
@@ -90,11 +103,13 @@ void Waiter::ResetFreeListAfterFork() {
   g_free = nullptr;  // their timerfds were closed; the objects are leaked
 }
 
-Waiter::Waiter() : fd_(NewTimerFd()) {}
+Waiter::Waiter() : fd_(NewTimerFd()), fd_epoch_(g_fd_epoch.load(std::memory_order_acquire)) {}
 
 void Waiter::Reopen() {
+  fd_epoch_ = g_fd_epoch.load(std::memory_order_acquire);
   fd_ = NewTimerFd();
   woken_.store(false);
+  armed_ = false;
 }
 
 void Waiter::Wake() {

@@ -42,6 +42,10 @@ class Waiter {
   static Waiter& ForThisThread();
   // In a fork child: forget the free list (its timerfds were closed).
   static void ResetFreeListAfterFork();
+  // The internal fds were lost (engine/fork.h): every thread's waiter takes
+  // a new timerfd at its next use (the old number is not closed: it may be
+  // the application's now), and the free list is forgotten.
+  static void ReplaceAllAfterLostFds();
 
   // Wakes the owner (or makes its next Sleep() return at once).
   void Wake();
@@ -70,6 +74,7 @@ class Waiter {
   void Signal() { SignalFd(fd_); }
   static void SignalFd(int fd);
   int fd_;
+  uint64_t fd_epoch_;  // the fd epoch its timerfd was made in (ReplaceAllAfterLostFds)
   std::atomic<bool> woken_{false};
   bool armed_ = false;  // a deadline may still be armed (owning thread only)
 };

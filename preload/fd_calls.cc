@@ -2,7 +2,9 @@
 // closefrom, dup/dup2/dup3, fcntl, ioctl.
 //
 // Internal fds (the engine's own) are invisible to the application: closing
-// or duplicating onto them fails with EBADF as if they were not open.
+// or duplicating them fails with EBADF as if they were not open. dup2/dup3
+// onto one succeeds, as the kernel's does, after the engine has given it up
+// (preload/lifecycle.h: RecoverFromLostFds).
 // In a vfork child (preload/lifecycle.h) every call here is only the system
 // call: the table and the sockets in memory are the parent's.
 // fcntl and fcntl64 are both defined here: without this, glibc's headers
@@ -125,7 +127,14 @@ static int Dup2Impl(int oldfd, int newfd, int flags, bool three) {
                         rds::preload::MaybeRds(oldfd) || rds::preload::MaybeRds(newfd);
   if (!involved) return real();
   if (rds::preload::InVforkChild()) return real();
-  if (rds::sys::IsInternal(oldfd) || rds::sys::IsInternal(newfd)) return Fail<int>(EBADF);
+  if (rds::sys::IsInternal(oldfd)) return Fail<int>(EBADF);  // not open, for the application
+  if (rds::sys::IsInternal(newfd)) {
+    // The kernel lets any open number be replaced: the engine loses one of
+    // its fds, so its state starts afresh first (preload/lifecycle.h).
+    if (three && oldfd == newfd) return Fail<int>(EINVAL);
+    if (rds::real::fcntl(oldfd, F_GETFD, 0) < 0) return -1;  // EBADF: nothing is replaced
+    rds::preload::RecoverFromLostFds(newfd);
+  }
   auto e = Lookup(oldfd);
   int r = real();
   if (r < 0 || oldfd == newfd) return r;

@@ -164,6 +164,36 @@ CallEntry::~CallEntry() {
   --t_call.depth;
 }
 
+void ForgetLostAfterLostFds() {
+  table_gen.fetch_add(1, std::memory_order_release);
+  auto orphan = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOrphaned, nullptr});
+  for (int c = 0; c < kChunks; ++c) {
+    Chunk* chunk = chunks[c].load();
+    if (chunk == nullptr) continue;
+    for (int i = 0; i < kChunkSize; ++i) {
+      Slot& s = chunk->slots[i];
+      if (!s.present.load()) continue;
+      const int fd = c * kChunkSize + i;
+      std::shared_ptr<const FdEntry> old = s.entry.load();
+      std::optional<uint64_t> id = RecognizeBackingFd(fd);
+      const bool same = id && old &&
+                        (old->state != FdEntry::State::kOwned || old->socket->id == *id);
+      if (!same) {
+        // Closed too, or the number is another file now: not an RDS fd.
+        s.present.store(false, std::memory_order_release);
+        s.entry.store(nullptr);
+      } else if (old->state == FdEntry::State::kOwned) {
+        s.entry.store(orphan);
+      }
+      // The socket objects are leaked, as after fork: the abandoned
+      // engine's threads may still hold their locks.
+      if (old && old->state == FdEntry::State::kOwned) {
+        new std::shared_ptr<const FdEntry>(std::move(old));
+      }
+    }
+  }
+}
+
 void LockTableForFork() { write_mu.Lock(); }
 void UnlockTableAfterFork() { write_mu.Unlock(); }
 

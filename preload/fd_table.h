@@ -75,6 +75,11 @@ void LockTableForFork();
 void UnlockTableAfterFork();
 // Fork child: every owned entry becomes orphaned.
 void OrphanAllAfterFork();
+// The engine's fds were lost (preload/lifecycle.h), with the writer lock held:
+// an fd that is still the backing socket of its entry becomes orphaned (its
+// engine is gone); any other number is forgotten (it was closed too, or is
+// another file now).
+void ForgetLostAfterLostFds();
 
 // Examines an fd that arrived from elsewhere (SCM_RIGHTS, exec) and, if it is
 // an RDS fd, records it (adopted if no other process owns its socket).

@@ -14,6 +14,8 @@
 #include "preload/crash.h"
 #include "engine/engine.h"
 #include "engine/fork.h"
+#include "engine/log.h"
+#include "engine/sync.h"
 #include "engine/readiness.h"
 #include "preload/fd_table.h"
 
@@ -60,7 +62,10 @@ void NoteMemoryOwner() { memory_owner.store(sys::GetPid(), std::memory_order_rel
 __attribute__((constructor)) void FollowMemoryOwner() {
   NoteMemoryOwner();
   pthread_atfork(nullptr, nullptr, NoteMemoryOwner);
+  SetLostFdsHandler([] { RecoverFromLostFds(); });
 }
+
+rds::Mutex recover_mu(absl::kConstInit);
 
 // exit() and return from main (a program whose sockets were closed first,
 // as CPython's at shutdown, included). _exit and exec are interposed
@@ -72,6 +77,21 @@ __attribute__((destructor)) void FlushAtExit() { FlushBeforeImageEnds(); }
 bool InVforkChild() {
   const pid_t owner = memory_owner.load(std::memory_order_relaxed);
   return owner != 0 && owner != sys::GetPid();
+}
+
+void RecoverFromLostFds(int overwritten) {
+  rds::MutexLock lock(&recover_mu);
+  if (overwritten < 0 && !sys::InternalFdsLost()) return;  // nothing lost, or recovered
+  if (Engine::IfRunning() == nullptr && overwritten < 0 && !AnyRds()) return;
+  log::Warn("%s; RDS sockets opened so far are unusable (EBADF), new ones start afresh",
+            overwritten >= 0 ? absl::StrCat("the application replaced descriptor ", overwritten,
+                                            ", one of the engine's own")
+                             : std::string("the engine's descriptors were closed behind its back"));
+  LockTableForFork();
+  PrepareEngineForFork();
+  ResetEngineAfterLostFds(overwritten);  // releases the engine's locks
+  ForgetLostAfterLostFds();
+  UnlockTableAfterFork();
 }
 
 void FlushBeforeImageEnds() {

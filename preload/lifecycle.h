@@ -24,6 +24,16 @@ void OnFirstRdsSocket();
 // One getpid(2); call it only where the state would be touched.
 bool InVforkChild();
 
+// The engine's descriptors were closed or replaced behind its back: by a
+// raw close_range(2) system call (sys::InternalFdsLost, checked before a new
+// RDS socket is made and whenever a wait on the engine does not end), or by
+// the application's dup2/dup3 onto `overwritten`, seen as it happens. The
+// process's RDS state starts afresh, as in a fork child: the engine is
+// abandoned, every RDS fd still open becomes orphaned (EBADF; kernel RDS would
+// keep it working), and the next RDS call starts a new engine. Logged once.
+// No-op when nothing was lost (another thread recovered first).
+void RecoverFromLostFds(int overwritten = -1);
+
 // Before this process's image ends (exec, _exit, exit): waits, at most
 // RDS_PRELOAD_EXIT_FLUSH_MS, until the messages sendmsg accepted are
 // acknowledged by their receivers, as kernel RDS has transmitted them by the

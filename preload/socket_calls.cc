@@ -5,10 +5,12 @@
 
 #include "engine/errors.h"
 #include "engine/bind.h"
+#include "engine/engine.h"
 #include "engine/log.h"
 #include "engine/readiness.h"
 #include "engine/socket.h"
 #include "engine/sockopt.h"
+#include "engine/sys.h"
 #include "engine/usercopy.h"
 #include "preload/errno_policy.h"
 #include "preload/fd_table.h"
@@ -38,6 +40,10 @@ int CreateRdsSocket(int type, int protocol) {
   if (int err = CheckRdsType(type, protocol)) return Fail<int>(err);
   int saved = errno;
   rds::preload::OnFirstRdsSocket();
+  // A raw close_range(2) may have taken the engine's fds since the last call.
+  if (rds::Engine::IfRunning() != nullptr && rds::sys::InternalFdsLost()) {
+    rds::preload::RecoverFromLostFds();
+  }
   absl::StatusOr<rds::BackingFd> backing;
   absl::StatusOr<std::shared_ptr<RdsSocket>> rs;
   for (int attempt = 0;; ++attempt) {

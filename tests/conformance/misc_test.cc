@@ -527,8 +527,13 @@ TEST(Misc, CloseOfACongestedReceiverClearsItsCongestion) {
   EXPECT_EQ(RecvWithin(r2.get()).data, "new");
 }
 
-// Step 5 / §E.14: close drops every message still on the send queue; there is no linger.
-TEST(Misc, CloseDropsMessagesStillOnTheSendQueue) {
+// Step 5: close drops what has not been handed to the transport yet and cannot go now; what is
+// on its way goes on. Kernel rds_tcp has written a message into its TCP socket by the time
+// sendmsg returns (unless TCP's buffer is full), and TCP delivers those bytes after the close
+// whatever RDS does with its retransmit list. The shim's link to the stopped peer's engine holds
+// the whole send buffer: after the close and the peer's resumption, every message arrives
+// (issue 21: a message sent just before close() was lost; DESIGN.md §3.3).
+TEST(Misc, CloseLetsMessagesOnTheirWayArrive) {
   RDS_SKIP_UNDER_TSAN("fork of a multi-threaded process");
   StoppedPeer peer;
   ASSERT_TRUE(peer.Start());
@@ -542,10 +547,7 @@ TEST(Misc, CloseDropsMessagesStillOnTheSendQueue) {
   RDS_FILL_OR_SKIP(s.get(), peer.addr(), kMsg, &sent);
   s.reset();
   long got = peer.ResumeAndCount();
-  ASSERT_GE(got, 0);
-  // The queued ones (a full sndbuf, less one possibly mid-transmission) never arrive.
-  EXPECT_LE(got, sent - (kSndbuf / static_cast<long>(kMsg) - 1))
-      << "sent " << sent << ", peer got " << got;
+  EXPECT_EQ(got, sent);
 }
 
 // DESIGN.md §7 (deliberate deviation): closing the last descriptor of a socket wakes a thread
