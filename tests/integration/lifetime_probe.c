@@ -3,14 +3,16 @@
  * Plain C, as the programs users run; it works the same under the shim (LD_PRELOAD) and on kernel
  * RDS (the VM suite runs it both ways and compares the receiver's counts). Subcommands:
  *
- *   count ADDR PORT EXPECT TIMEOUT_MS
+ *   count ADDR PORT EXPECT TIMEOUT_MS [hold]
  *       Binds ADDR:PORT, prints "ready", then receives until EXPECT messages arrived or TIMEOUT_MS
  *       passed since the last one (or since the start); prints "got 1" at the first message and
- *       "count N" at the end. Exit 0.
+ *       "count N" at the end. Exit 0. With "hold" its receive buffer is small and it reads
+ *       nothing until its standard input ends: its port becomes congested.
  *   send-then HOW SRC DST DPORT
  *       Binds SRC:0, sends one message to DST:DPORT, then ends as HOW says: "close" (close(), then
  *       exit), "exit" (exit without close), "_exit" (_exit without close), "exec" (exec /bin/true
- *       with the socket still open). What the kernel transmits in sendmsg must arrive.
+ *       with the socket still open), "wait" (a second, then exit: a kernel's connection to the
+ *       destination host is up by then). What the kernel transmits in sendmsg must arrive.
  *   stream SRC DST DPORT COUNT block|nonblock LIMIT_MS [linger]
  *       Sends COUNT 1 KiB messages (a blocking socket, or a non-blocking one retried after EAGAIN
  *       and ENOBUFS every millisecond); prints "sent N" every 1000 messages and "done SENT FAILED"
@@ -136,10 +138,19 @@ static ssize_t recv_within(int fd, char *buf, size_t size, int timeout_ms) {
   }
 }
 
-static int cmd_count(const char *ip, int port, long expect, int timeout_ms) {
+static int cmd_count(const char *ip, int port, long expect, int timeout_ms, int hold) {
   int fd = bound_socket(ip, port, NULL);
+  if (hold) {
+    int rcvbuf = 4096; /* congested after a few messages */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  }
   printf("ready\n");
   fflush(stdout);
+  if (hold) {
+    char line[64];
+    while (fgets(line, sizeof line, stdin) != NULL) {
+    }
+  }
   long n = 0;
   char buf[2048];
   while (n < expect) {
@@ -168,6 +179,10 @@ static int cmd_send_then(const char *how, const char *src, const char *dst, int 
     exit(0);
   }
   if (strcmp(how, "exit") == 0) exit(0);
+  if (strcmp(how, "wait") == 0) {
+    sleep(1);
+    exit(0);
+  }
   if (strcmp(how, "_exit") == 0) _exit(0);
   if (strcmp(how, "exec") == 0) {
     execl("/bin/true", "true", (char *)NULL);
@@ -384,7 +399,8 @@ int main(int argc, char **argv) {
   rds_require_preloaded(argv[0]);
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 6 && strcmp(argv[1], "count") == 0) {
-    return cmd_count(argv[2], atoi(argv[3]), atol(argv[4]), atoi(argv[5]));
+    return cmd_count(argv[2], atoi(argv[3]), atol(argv[4]), atoi(argv[5]),
+                     argc >= 7 && strcmp(argv[6], "hold") == 0);
   }
   if (argc >= 6 && strcmp(argv[1], "send-then") == 0) {
     return cmd_send_then(argv[2], argv[3], argv[4], atoi(argv[5]));

@@ -152,6 +152,38 @@ class Lifetime(unittest.TestCase):
                         f"the sender hangs once its receiver is gone: {line}\n{sender.diag()}")
         self.assertEqual(sender.wait(10), 0, sender.diag())
 
+    def receiver_congested_then_killed(self, mode, across_hosts):
+        """The sender waits on the receiver's congestion bit when the receiver dies."""
+        rundir = itlib.make_tmpdir(f"cong-gone-{mode}")
+        if across_hosts:
+            itlib.require_netns()
+            ns_a, ip_a, ns_b, ip_b = itlib.make_two_hosts("cg")
+        else:
+            ns_a = ns_b = None
+            ip_a = ip_b = "127.0.0.1"
+        port = 4400
+        holder = itlib.Proc("holder", [probe(), "count", ip_a, port, 10 ** 9, 30000, "hold"],
+                            rundir, netns=ns_a)
+        holder.expect("ready", 20)
+        sender = itlib.Proc("sender", [probe(), "stream", ip_b, ip_a, port, 3000, mode, 30000],
+                            rundir, netns=ns_b)
+        sender.close_stdin()
+        time.sleep(1.5)  # the holder's port is congested and the sender waits on it
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        line = sender.expect(("done", "stuck"), 40)
+        self.assertTrue(line.startswith("done"), f"the sender still waits on a dead receiver's "
+                        f"congestion: {line}\n{sender.diag()}")
+
+    def test_2_congested_receiver_killed_blocking_across_hosts(self):
+        self.receiver_congested_then_killed("block", across_hosts=True)
+
+    def test_2_congested_receiver_killed_nonblocking_across_hosts(self):
+        self.receiver_congested_then_killed("nonblock", across_hosts=True)
+
+    def test_2_congested_receiver_killed_blocking_same_host(self):
+        self.receiver_congested_then_killed("block", across_hosts=False)
+
     def test_2_receiver_killed_blocking_across_hosts(self):
         self.receiver_gone("block", kill=True, across_hosts=True)
 
