@@ -1,5 +1,6 @@
 // engine/bind.cc — bind(2) and the process's bind table.
 #include "engine/bind.h"
+#include "engine/abandon.h"
 
 #include <arpa/inet.h>
 
@@ -172,6 +173,7 @@ uint64_t BindTableEpoch() { return g_epoch.load(std::memory_order_acquire); }
 bool IsBoundHere(NetNsKey ns, const RdsEndpoint& local) { return FindBound(ns, local) != nullptr; }
 
 void ResetBindTableAfterFork() {
+  Abandon(table_ptr);
   table_ptr = new Table();
   g_epoch.fetch_add(1, std::memory_order_release);
 }

@@ -1,5 +1,6 @@
 // engine/cong.cc — congestion maps, per owner, ORed for senders.
 #include "engine/cong.h"
+#include "engine/abandon.h"
 
 #include <bit>
 
@@ -19,7 +20,10 @@ bool TestBit(const CongBits& bits, uint16_t port) { return (bits[port >> 3] >> (
 
 CongestionTable& CongestionTable::Get() { return *table; }
 
-void CongestionTable::ResetAfterFork() { table = new CongestionTable(); }
+void CongestionTable::ResetAfterFork() {
+  Abandon(table);
+  table = new CongestionTable();
+}
 
 void CongestionTable::AddrMaps::Recompute(size_t byte, std::atomic<int64_t>& congested_ports) {
   uint8_t v = local[byte];

@@ -1,5 +1,6 @@
 // engine/engine.cc — the engine thread: routing, links, hellos, delivery.
 #include "engine/engine.h"
+#include "engine/abandon.h"
 #include "engine/waiter.h"
 
 #include <signal.h>
@@ -123,12 +124,13 @@ Engine* Engine::IfRunning() { return engine_ptr.load(std::memory_order_acquire);
 void Engine::ResetAfterFork() {
   // The parent's engine object is abandoned (leaked): its thread does not
   // exist here and its locks may be held by threads that do not exist here.
-  engine_ptr.store(nullptr, std::memory_order_release);
+  Abandon(engine_ptr.exchange(nullptr, std::memory_order_acq_rel));
 }
 
 void Engine::AbandonAfterLostFds() {
   Engine* e = engine_ptr.exchange(nullptr, std::memory_order_acq_rel);
   if (e != nullptr) e->loop_.Abandon();
+  Abandon(e);
 }
 
 bool Engine::RunOnLoopAndWait(std::function<void()> task) {

@@ -1,5 +1,6 @@
 // engine/netns.cc — namespace handles, switching and address checks.
 #include "engine/netns.h"
+#include "engine/abandon.h"
 
 #include <linux/sockios.h>
 #include <sched.h>
@@ -98,6 +99,7 @@ absl::StatusOr<std::shared_ptr<NetNs>> NetNs::OfSocketFd(int fd) {
 void NetNs::ResetAfterFork() {
   // The child keeps (leaks) the parent's objects: their locks may be held by
   // threads that do not exist in the child.
+  Abandon(table);
   table = nullptr;
 }
 

@@ -1,5 +1,6 @@
 // engine/shm_arena.cc — the shared-memory payload arena.
 #include "engine/shm_arena.h"
+#include "engine/abandon.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -58,6 +59,7 @@ std::shared_ptr<ShmArena> ShmArena::Existing() {
 void ShmArena::ResetAfterFork() {
   // The parent's arena object is abandoned (its fd was closed with the other
   // internal fds); the child makes its own on first use.
+  Abandon(process_arena);
   process_arena = nullptr;
   arena_tried = false;
 }

@@ -1,5 +1,6 @@
 // engine/socket.cc — socket creation, connect, names, poll, ioctl, close.
 #include "engine/socket.h"
+#include "engine/abandon.h"
 
 #include <arpa/inet.h>
 #include <linux/rds.h>
@@ -66,7 +67,10 @@ std::vector<std::shared_ptr<RdsSocket>> AllLiveSockets() {
   return out;
 }
 
-void ResetSocketListAfterFork() { socket_list = new SocketList(); }
+void ResetSocketListAfterFork() {
+  Abandon(socket_list);
+  socket_list = new SocketList();
+}
 
 RdsSocket::RdsSocket(uint64_t id, std::shared_ptr<NetNs> ns, bool nonblocking)
     : id(id), ns(std::move(ns)), nonblocking(nonblocking) {}

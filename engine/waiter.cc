@@ -9,6 +9,7 @@
 // per wake-up on a KVM guest (measured: DESIGN.md §9). Kernels without
 // CONFIG_CHECKPOINT_RESTORE lack the ioctl; the timer is armed there.
 #include "engine/waiter.h"
+#include "engine/abandon.h"
 
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -92,7 +93,8 @@ Waiter& Waiter::ForThisThread() {
 void Waiter::ReplaceAllAfterLostFds() {
   {
     rds::MutexLock lock(&g_free_mu);
-    g_free = nullptr;  // leaked, with their lost timerfds
+    Abandon(g_free);  // with their lost timerfds
+    g_free = nullptr;
   }
   g_fd_epoch.fetch_add(1, std::memory_order_release);
 }
@@ -100,7 +102,8 @@ void Waiter::ReplaceAllAfterLostFds() {
 void Waiter::ResetFreeListAfterFork() {
   // The lock may have been held by a thread that does not exist here.
   new (&g_free_mu) rds::Mutex();
-  g_free = nullptr;  // their timerfds were closed; the objects are leaked
+  Abandon(g_free);  // their timerfds were closed
+  g_free = nullptr;
 }
 
 Waiter::Waiter() : fd_(NewTimerFd()), fd_epoch_(g_fd_epoch.load(std::memory_order_acquire)) {}

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "engine/abandon.h"
 #include "engine/sync.h"
 #include "engine/log.h"
 #include "engine/netns.h"
@@ -188,7 +189,7 @@ void ForgetLostAfterLostFds() {
       // The socket objects are leaked, as after fork: the abandoned
       // engine's threads may still hold their locks.
       if (old && old->state == FdEntry::State::kOwned) {
-        new std::shared_ptr<const FdEntry>(std::move(old));
+        Abandon(new std::shared_ptr<const FdEntry>(std::move(old)));
       }
     }
   }
@@ -209,7 +210,7 @@ void OrphanAllAfterFork() {
       // The parent's socket objects are leaked in the child: their locks may
       // be held by threads that do not exist here.
       if (old && old->state == FdEntry::State::kOwned) {
-        new std::shared_ptr<const FdEntry>(std::move(old));
+        Abandon(new std::shared_ptr<const FdEntry>(std::move(old)));
       } else if (old && old->state == FdEntry::State::kPending) {
         s.entry.store(old);
       }

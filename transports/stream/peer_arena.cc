@@ -1,5 +1,6 @@
 // transports/stream/peer_arena.cc — mapping and borrowing from a peer's arena.
 #include "transports/stream/peer_arena.h"
+#include "engine/abandon.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -24,7 +25,8 @@ absl::flat_hash_map<pid_t, std::weak_ptr<PeerArena>>* by_peer =
 }  // namespace
 
 void PeerArena::ResetAfterFork() {
-  by_peer = new absl::flat_hash_map<pid_t, std::weak_ptr<PeerArena>>();  // the old one leaks
+  Abandon(by_peer);
+  by_peer = new absl::flat_hash_map<pid_t, std::weak_ptr<PeerArena>>();
 }
 
 absl::StatusOr<std::shared_ptr<PeerArena>> PeerArena::Map(pid_t peer, int fd, uint64_t size) {
