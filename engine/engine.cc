@@ -184,6 +184,7 @@ absl::Status Engine::Serve(const std::shared_ptr<NetNs>& ns) {
     unix_listener_ = *fd;
     loop_.Post([this, fd = *fd] {
       loop_.Add(fd, EPOLLIN, [this](uint32_t) { OnUnixAccept(); });
+      PruneStaleEngineSockets();
     });
   }
   served_.try_emplace(ns->key(), ns);
@@ -1513,6 +1514,30 @@ size_t Engine::PendingMessages() {
     }
   }
   return n;
+}
+
+void Engine::PruneStaleEngineSockets() {
+  for (const auto& [pid, path] : HostRegistry::Get().OtherEngines()) {
+    absl::StatusOr<int> fd = unix_link::Connect(path);
+    if (fd.ok()) {
+      sys::CloseInternal(*fd);
+      continue;  // an engine listens there
+    }
+    // Refused (or gone): nobody listens. The pid is checked after the connect,
+    // so a new process with that pid would have bound a listening file first.
+    if (absl::IsNotFound(fd.status()) && kill(pid, 0) != 0 && errno == ESRCH) {
+      unlink(path.c_str());
+      stats::Inc(stats::kShimStaleEnginesPruned);
+    }
+  }
+}
+
+void Engine::WithdrawAtExit() {
+  Engine* e = IfRunning();
+  if (e == nullptr) return;
+  rds::MutexLock lock(&e->serve_mu_);
+  if (e->unix_listener_ < 0) return;
+  unlink(HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(e->pid_)).c_str());
 }
 
 void Engine::DrainAtExit(absl::Duration limit) {

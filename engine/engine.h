@@ -126,6 +126,9 @@ class Engine {
   // been written to its transport, as kernel RDS has written it to TCP or
   // delivered it over loopback by the time sendmsg returns.
   static void DrainAtExit(absl::Duration limit);
+  // At process exit, after the drain: removes this engine's Unix socket
+  // file from the run directory (other engines then find it gone).
+  static void WithdrawAtExit();
 
   // The paths of namespace `ns`. From any thread (waits for the engine
   // thread), or directly on the engine thread.
@@ -198,6 +201,9 @@ class Engine {
              uint32_t answer_pid, bool close_after, uint64_t ack = 0);
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
+  // Removes the socket files of engines that died without removing their own
+  // (killed): nothing listens there and no process has that pid.
+  void PruneStaleEngineSockets();
   // Runs `task` on the engine thread and waits for it; if the engine does not
   // answer because its fds were lost behind its back (sys::InternalFdsLost),
   // recovers (HandleLostFds) and returns false without waiting further.

@@ -102,8 +102,8 @@ std::string HostRegistry::EngineSocketPath(pid_t pid) const {
 
 void HostRegistry::ResetAfterFork() { sockets_fd_ = -1; }
 
-std::vector<std::string> HostRegistry::OtherEngineSockets() const {
-  std::vector<std::string> out;
+std::vector<std::pair<pid_t, std::string>> HostRegistry::OtherEngines() const {
+  std::vector<std::pair<pid_t, std::string>> out;
   DIR* d = opendir(rundir_.c_str());
   if (d == nullptr) return out;
   uint32_t self = static_cast<uint32_t>(getpid());
@@ -112,9 +112,15 @@ std::vector<std::string> HostRegistry::OtherEngineSockets() const {
     if (!absl::StartsWith(name, "engine-") || !absl::EndsWith(name, ".sock")) continue;
     uint32_t pid;
     if (!absl::SimpleAtoi(name.substr(7, name.size() - 12), &pid) || pid == self) continue;
-    out.push_back(absl::StrCat(rundir_, "/", name));
+    out.emplace_back(static_cast<pid_t>(pid), absl::StrCat(rundir_, "/", name));
   }
   closedir(d);
+  return out;
+}
+
+std::vector<std::string> HostRegistry::OtherEngineSockets() const {
+  std::vector<std::string> out;
+  for (auto& [pid, path] : OtherEngines()) out.push_back(std::move(path));
   return out;
 }
 

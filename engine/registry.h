@@ -53,6 +53,8 @@ class HostRegistry {
   std::string EngineSocketPath(pid_t pid) const;
   // The Unix socket paths of every other engine registered on this host.
   std::vector<std::string> OtherEngineSockets() const;
+  // The same with each engine's pid.
+  std::vector<std::pair<pid_t, std::string>> OtherEngines() const;
 
   // Socket ownership (DESIGN.md §2.4).
   absl::Status ClaimSocket(uint64_t id);      // EBUSY-like failure if another process owns it

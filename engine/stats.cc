@@ -141,6 +141,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_poll_waits_driven",
     "shim_epoll_waits_driven",
     "shim_tcp_waits_for_payload",
+    "shim_stale_engines_pruned",
 };
 
 }  // namespace

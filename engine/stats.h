@@ -89,6 +89,7 @@ enum Counter : int {
   kShimPollWaitsDriven,      // blocking poll/select waits that ran the event loop themselves
   kShimEpollWaitsDriven,     // blocking epoll waits that ran the event loop themselves
   kShimTcpWaitsForPayload,   // a TCP link's reader set to wake only for a large payload's next piece
+  kShimStaleEnginesPruned,   // socket files of dead engines removed from the run directory
   kNumCounters,
 };
 

@@ -40,32 +40,32 @@ void FillArgs(const char* arg0, va_list ap, size_t n, char** argv) {
 extern "C" {
 
 int execve(const char* path, char* const argv[], char* const envp[]) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
   return rds::real::execve(path, argv, envp);
 }
 
 int execv(const char* path, char* const argv[]) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
   return rds::real::execv(path, argv);
 }
 
 int execvp(const char* file, char* const argv[]) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
   return rds::real::execvp(file, argv);
 }
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
   return rds::real::execvpe(file, argv, envp);
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
   return rds::real::fexecve(fd, argv, envp);
 }
 
 int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
   return rds::real::execveat(dirfd, path, argv, envp, flags);
 }
 
@@ -101,12 +101,12 @@ int execle(const char* path, const char* arg0, ...) {
 }
 
 void _exit(int status) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/true);
   rds::real::_exit(status);
 }
 
 void _Exit(int status) {
-  rds::preload::FlushBeforeImageEnds();
+  rds::preload::FlushBeforeImageEnds(/*exiting=*/true);
   rds::real::_exit(status);
 }
 

@@ -70,7 +70,7 @@ rds::Mutex recover_mu(absl::kConstInit);
 // exit() and return from main (a program whose sockets were closed first,
 // as CPython's at shutdown, included). _exit and exec are interposed
 // (preload/exec_calls.cc); fatal signals cannot be caught (DESIGN.md §4.1).
-__attribute__((destructor)) void FlushAtExit() { FlushBeforeImageEnds(); }
+__attribute__((destructor)) void FlushAtExit() { FlushBeforeImageEnds(/*exiting=*/true); }
 
 }  // namespace
 
@@ -94,9 +94,12 @@ void RecoverFromLostFds(int overwritten) {
   UnlockTableAfterFork();
 }
 
-void FlushBeforeImageEnds() {
+void FlushBeforeImageEnds(bool exiting) {
   if (Engine::IfRunning() == nullptr || InVforkChild()) return;
   Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+  // After exec the pid lives on, and a new image that uses RDS binds the file
+  // again; should exec fail, this engine goes on serving. Only an exit removes it.
+  if (exiting) Engine::WithdrawAtExit();
 }
 
 void OnFirstRdsSocket() {

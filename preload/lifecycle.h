@@ -38,8 +38,9 @@ void RecoverFromLostFds(int overwritten = -1);
 // RDS_PRELOAD_EXIT_FLUSH_MS, until the messages sendmsg accepted are
 // acknowledged by their receivers, as kernel RDS has transmitted them by the
 // time sendmsg returns (DESIGN.md §4.1). Nothing in a vfork child (the
-// parent's engine goes on) or in a process without an engine.
-void FlushBeforeImageEnds();
+// parent's engine goes on) or in a process without an engine. When the
+// process is `exiting` (not exec), its engine's socket file is removed too.
+void FlushBeforeImageEnds(bool exiting);
 
 }  // namespace rds::preload
 
