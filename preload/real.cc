@@ -144,6 +144,7 @@ int execveat(int dirfd, const char* p, char* const a[], char* const e[], int fla
   static auto* fn = Next<Fn>("execveat", &RawExecveat);
   return fn(dirfd, p, a, e, flags);
 }
+key_t ftok(const char* path, int proj_id) { RDS_REAL(ftok, path, proj_id); }
 void _exit(int status) {
   using Fn = void(int);
   static auto* fn = Next<Fn>("_exit", &RawExit);

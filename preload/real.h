@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/ipc.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -71,6 +72,7 @@ int execvpe(const char* file, char* const argv[], char* const envp[]);
 int fexecve(int fd, char* const argv[], char* const envp[]);
 int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags);
 [[noreturn]] void _exit(int status);
+key_t ftok(const char* path, int proj_id);
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 sighandler_t signal(int sig, sighandler_t handler);
 sighandler_t sysv_signal(int sig, sighandler_t handler);

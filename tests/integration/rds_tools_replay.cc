@@ -13,7 +13,9 @@
 //   rds_tools_replay info [-a] [-c] [-k] [-n] [-p] [-r] [-s] [-t] [-T] [-I] [-v]           (§5)
 //   rds_tools_replay [stress] -r addr [-s addr] [-p port] [-q bytes] [-a bytes] [-d depth]
 //        [-t tasks] [-T secs] [-o] [-Q tos] [-v] [-V] [-z] [--use-cong-monitor 0|1]
-//        [--connect-retries n] [--disable-inq] [--reset]                                    (§3)
+//        [--connect-retries n] [--disable-inq] [--reset] [--sync-always-bursty]             (§3)
+//   --sync-always-bursty: 2.3.11's start-up for its burst modes, ftok("/sys/module/rds", 'S')
+//   and semget (the burst timing itself involves no RDS call); --sync-key-only stops there.
 //
 // Output is the tools' (same lines, same order of calls); lines starting with "replay:" are
 // additions for the drivers (ping: the source address and port of every reply; stress: the exact
@@ -45,6 +47,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/ipc.h>
+#include <sys/sem.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
@@ -1735,7 +1739,9 @@ int stress_main(int argc, char **argv) {
   StressOptions o;
   bool reset = false, have_recv = false, have_send = false, have_ack = false;
   SockaddrIp recv_ip = {}, send_ip = {};
-  enum { OPT_CONG = 256, OPT_RETRIES, OPT_DISABLE_INQ, OPT_RESET, OPT_UNSUPPORTED };
+  enum { OPT_CONG = 256, OPT_RETRIES, OPT_DISABLE_INQ, OPT_RESET, OPT_UNSUPPORTED, OPT_SYNC_BURSTY,
+         OPT_SYNC_KEY_ONLY };
+  bool sync_bursty = false, sync_key_only = false;
   static const option longopts[] = {
       {"use-cong-monitor", required_argument, nullptr, OPT_CONG},
       {"connect-retries", required_argument, nullptr, OPT_RETRIES},
@@ -1755,6 +1761,8 @@ int stress_main(int argc, char **argv) {
       {"trace", no_argument, nullptr, 'V'},
       {"report-summary", no_argument, nullptr, 'z'},
       {"async", no_argument, nullptr, OPT_UNSUPPORTED},
+      {"sync-always-bursty", no_argument, nullptr, OPT_SYNC_BURSTY},
+      {"sync-key-only", no_argument, nullptr, OPT_SYNC_KEY_ONLY},
       {nullptr, 0, nullptr, 0},
   };
   int c;
@@ -1783,6 +1791,8 @@ int stress_main(int argc, char **argv) {
       case OPT_RETRIES: o.connect_retries = parse_size(optarg, UINT32_MAX); break;
       case OPT_DISABLE_INQ: o.disable_inq = 1; break;
       case OPT_RESET: reset = true; break;
+      case OPT_SYNC_BURSTY: sync_bursty = true; break;
+      case OPT_SYNC_KEY_ONLY: sync_bursty = sync_key_only = true; break;
       default:
         fprintf(stderr, "option not supported by this replay (RDMA/UEK-only or not an RDS call)\n");
         stress_usage();
@@ -1790,6 +1800,17 @@ int stress_main(int argc, char **argv) {
   }
   if (optind != argc) stress_usage();
   (void)have_ack;
+
+  if (sync_bursty) {
+    // rds-stress 2.3.11's burst modes: a System V semaphore shared by the host's rds-stress
+    // processes, keyed by the RDS module's sysfs directory; it exits when ftok fails.
+    key_t key = ftok("/sys/module/rds", 'S');
+    if (key == -1) die("ftok(\"/sys/module/rds\", 'S') failed, errno: %d\n", errno);
+    int sem = semget(key, 1, IPC_CREAT | 0666);
+    if (sem < 0) die("semget(0x%x) failed, errno: %d\n", static_cast<unsigned>(key), errno);
+    printf("sync-key 0x%x\n", static_cast<unsigned>(key));  // for the drivers
+    if (sync_key_only) return 0;
+  }
 
   if (reset) {
     if (!have_recv || !have_send) die("--reset needs -r and -s\n");
