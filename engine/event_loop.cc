@@ -47,7 +47,7 @@ EventLoop::EventLoop() : lease_(absl::Microseconds(conf::Get().recv_drive_lease_
   struct epoll_event ev = {};
   ev.events = EPOLLIN;
   ev.data.fd = wake_fd_;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  sys::EpollCtl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
 }
 
 EventLoop::~EventLoop() {
@@ -60,7 +60,7 @@ void EventLoop::Add(int fd, uint32_t events, FdHandler handler) {
   struct epoll_event ev = {};
   ev.events = events;
   ev.data.fd = fd;
-  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+  if (sys::EpollCtl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     log::Error("epoll_ctl(ADD, %d): %s", fd, strerror(errno));
   }
 }
@@ -69,11 +69,11 @@ void EventLoop::Modify(int fd, uint32_t events) {
   struct epoll_event ev = {};
   ev.events = events;
   ev.data.fd = fd;
-  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+  sys::EpollCtl(epfd_, EPOLL_CTL_MOD, fd, &ev);
 }
 
 void EventLoop::Remove(int fd) {
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  sys::EpollCtl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
   handlers_.erase(fd);
 }
 
@@ -379,7 +379,7 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
       // (Still readable from a wake-up already consumed, the timerfd is
       // reported once at once; Dispatch ignores it on this thread.)
       t_driver_fd = wfd;
-      epoll_ctl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
+      sys::EpollCtl(epfd_, EPOLL_CTL_ADD, wfd, &wev);
       driver_fd_.store(wfd, std::memory_order_seq_cst);
       registered = true;
       NudgePoller();
@@ -425,7 +425,7 @@ bool EventLoop::Drive(Waiter& waiter, std::optional<absl::Time> deadline, absl::
   if (registered) {
     driver_fd_.store(-1, std::memory_order_seq_cst);
     t_driver_fd = -1;
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
+    sys::EpollCtl(epfd_, EPOLL_CTL_DEL, wfd, nullptr);
   }
   on_leave();
   EndDriving(wakes, app_mask);

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "engine/sys.h"
+
 namespace rds::signals {
 namespace {
 
@@ -32,13 +34,16 @@ Interrupted Read() {
   bool any_restart = false, any_plain = false;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (RaisedByFaults(sig)) continue;
-    struct sigaction sa;
-    // glibc refuses its own internal signals (EINVAL); they are not the application's.
-    if (sigaction(sig, nullptr, &sa) != 0) continue;
-    if (!(sa.sa_flags & SA_SIGINFO) && (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)) {
-      continue;
-    }
-    (sa.sa_flags & SA_RESTART ? any_restart : any_plain) = true;
+    // glibc's own internal signals (32 .. SIGRTMIN-1, which its sigaction
+    // refuses) are not the application's.
+    if (sig >= 32 && sig < SIGRTMIN) continue;
+    // Read from the kernel: the interposed sigaction is the application's call.
+    sys::SignalDisposition sa;
+    if (sys::GetSignalDisposition(sig, &sa) != 0) continue;
+    const void* dfl = reinterpret_cast<void*>(SIG_DFL);
+    const void* ign = reinterpret_cast<void*>(SIG_IGN);
+    if (!(sa.flags & SA_SIGINFO) && (sa.handler == dfl || sa.handler == ign)) continue;
+    (sa.flags & SA_RESTART ? any_restart : any_plain) = true;
   }
   if (any_restart && any_plain) return Interrupted::kMixed;
   return any_plain ? Interrupted::kEintr : Interrupted::kRestart;

@@ -147,6 +147,12 @@ int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
   return static_cast<int>(
       syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, size_t{8}));
 }
+int EpollCtl(int epfd, int op, int fd, struct epoll_event* event) {
+  return static_cast<int>(syscall(SYS_epoll_ctl, epfd, op, fd, event));
+}
+int GetSignalDisposition(int sig, SignalDisposition* out) {
+  return static_cast<int>(syscall(SYS_rt_sigaction, sig, nullptr, out, sizeof(out->mask)));
+}
 int EventFd(unsigned int initval, int flags) {
   return static_cast<int>(syscall(SYS_eventfd2, initval, flags));
 }

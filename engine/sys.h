@@ -60,6 +60,17 @@ int Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
 int Ppoll(struct pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset_t* mask);
 int Open(const char* path, int flags, mode_t mode);
 int EpollWait(int epfd, struct epoll_event* events, int max, int timeout_ms);
+int EpollCtl(int epfd, int op, int fd, struct epoll_event* event);
+// A signal's disposition as the kernel keeps it (rt_sigaction(2) with no new
+// action): the application's `sigaction`, which the shim interposes, is not
+// involved. glibc's internal signals (32 .. SIGRTMIN-1) are reported too.
+struct SignalDisposition {
+  void* handler;        // SIG_DFL, SIG_IGN or a function
+  unsigned long flags;  // SA_*
+  void* restorer;
+  uint64_t mask;
+};
+int GetSignalDisposition(int sig, SignalDisposition* out);
 // epoll_pwait: `mask` is the signal mask while waiting (the kernel's 8-byte sigset).
 int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
                const sigset_t* mask);
