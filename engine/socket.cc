@@ -230,9 +230,26 @@ short PollMask(RdsSocket& rs) {
   return mask;
 }
 
-bool SeenCongestion(RdsSocket& rs) {
-  rds::MutexLock lock(&rs.mu);
-  return rs.seen_congestion;
+void PollWatch::Add(RdsSocket& rs) {
+  bool seen;
+  {
+    rds::MutexLock lock(&rs.mu);
+    rs.AddWaiterLocked(&waiter_);
+    seen = rs.seen_congestion;
+  }
+  sockets_.push_back(&rs);
+  if (seen && !congestion_) {
+    CongestionTable::Get().AddWaiter(&waiter_);
+    congestion_ = true;
+  }
+}
+
+PollWatch::~PollWatch() {
+  if (congestion_) CongestionTable::Get().RemoveWaiter(&waiter_);
+  for (RdsSocket* rs : sockets_) {
+    rds::MutexLock lock(&rs->mu);
+    rs->RemoveWaiterLocked(&waiter_);
+  }
 }
 
 absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* arg) {

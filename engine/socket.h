@@ -153,8 +153,25 @@ absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* ou
 
 // The rds_poll mask (§A.6). Consumes a pending congestion-update event.
 short PollMask(RdsSocket& rs);
-// A poll of this socket must also wake on congestion-map updates.
-bool SeenCongestion(RdsSocket& rs);
+
+// The wait of poll(2)/select(2) on RDS sockets, as rds_poll registers it:
+// `waiter` on every socket added, and on the congestion table when one of
+// them saw congestion (a map update may make it writable; §A.6). Everything
+// is unregistered when the watch is destroyed. The sockets must outlive it.
+// Thread-safety: one thread's (the poller's) object.
+class PollWatch {
+ public:
+  explicit PollWatch(Waiter& waiter) : waiter_(waiter) {}
+  PollWatch(const PollWatch&) = delete;
+  PollWatch& operator=(const PollWatch&) = delete;
+  ~PollWatch();
+  void Add(RdsSocket& rs);
+
+ private:
+  Waiter& waiter_;
+  std::vector<RdsSocket*> sockets_;
+  bool congestion_ = false;  // registered on the congestion table
+};
 
 // ioctl(2) on an RDS socket (§A.9). `arg` is the application pointer.
 absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* arg);

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "engine/cong.h"
 #include "engine/engine.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
@@ -65,16 +64,10 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
   std::vector<pollfd> kernel(others.size() + 1);
   int saved = errno;
   for (;;) {
-    bool watch_cong = false;
+    std::optional<rds::PollWatch> watch(std::in_place, waiter);
     for (auto& r : rds_fds) {
-      if (r.entry->state == FdEntry::State::kOwned) {
-        rds::MutexLock lock(&r.entry->socket->mu);
-        r.entry->socket->AddWaiterLocked(&waiter);
-        watch_cong |= r.entry->socket->seen_congestion;
-      }
+      if (r.entry->state == FdEntry::State::kOwned) watch->Add(*r.entry->socket);
     }
-    // A socket that saw congestion is also woken by map updates (rds_poll).
-    if (watch_cong) rds::CongestionTable::Get().AddWaiter(&waiter);
     int ready = 0;
     for (auto& r : rds_fds) {
       fds[r.index].revents = RdsRevents(*r.entry, fds[r.index].events);
@@ -103,13 +96,7 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     }
     int r = driven ? *driven : rds::real::ppoll(kernel.data(), k, wait, mask);
     int err = errno;
-    if (watch_cong) rds::CongestionTable::Get().RemoveWaiter(&waiter);
-    for (auto& rf : rds_fds) {
-      if (rf.entry->state == FdEntry::State::kOwned) {
-        rds::MutexLock lock(&rf.entry->socket->mu);
-        rf.entry->socket->RemoveWaiterLocked(&waiter);
-      }
-    }
+    watch.reset();
     if (r < 0) {
       errno = err;
       return -1;
