@@ -3,7 +3,7 @@
 // A fresh allocation of 64 KiB or more comes from mmap (or from a heap that
 // glibc trims back to the kernel), so every 4 KiB page of it costs a page
 // fault on first touch: about 75 faults per 1 MiB message on each side
-// before this pool (DESIGN.md §9). Freed buffers of those sizes are kept, a
+// before this pool (docs/perf/history.md). Freed buffers of those sizes are kept, a
 // few per power-of-two size class (at most 8 MiB in all), and handed to the
 // next payload of the same class. Buffers up to 4 KiB come from the small-block
 // pool (engine/small_pool.h); those in between from the heap.

@@ -70,7 +70,7 @@ class Path {
   uint64_t rx_messages = 0;            // on the current link (fault injection)
   // The socket the last message was delivered to, while the bind table's
   // epoch is unchanged (BindTableEpoch): a stream skips the table lookup and
-  // the reference count per message (DESIGN.md §9.9). The reference may keep
+  // the reference count per message (docs/perf/history.md §9.9). The reference may keep
   // a closed socket's object (its queues and fds are gone, Release) until the
   // path's next message, or until the path goes down.
   struct {

@@ -77,7 +77,7 @@ enum class Op : uint8_t {
   kInfoData = 5,         // answer to a kInfo hello: items of `query_id` bytes each in `data`
   kInfoDataPart = 6,     // a leading part of an answer longer than one message; the
                          // kInfoData that follows the parts carries the rest
-  // Same-host links only, handled by the link itself (DESIGN.md §9.6):
+  // Same-host links only, handled by the link itself (docs/perf/history.md §9.6):
   kArenaAnnounce = 7,    // the sender's payload arena: its memfd rides along (SCM_RIGHTS),
                          // `data` is its size (be64)
   kArenaRelease = 8,     // the receiver is done with these arena blocks: `data` is their

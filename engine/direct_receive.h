@@ -11,7 +11,7 @@
 // storage hook), the kernel copies the payload straight into it, and the
 // complete message is handed to the offering recvmsg alone — never queued,
 // so no other reader can see memory of this call — which then copies nothing
-// (DESIGN.md §9.8).
+// (docs/perf/history.md §9.8).
 //
 // Invariants (run lock held for every change of state):
 // * An offer is registered on its socket (RdsSocket::direct) only between

@@ -217,7 +217,7 @@ void Engine::Submit(MessagePtr m) {
   const std::shared_ptr<NetNs>& ns = m->sender->ns;  // the caller keeps it alive
   // Fast path: the engine is idle and the destination's route and link are
   // established, so this thread transmits (or delivers in-process) itself and
-  // the engine thread is not woken (DESIGN.md §9). Not for a stream: a send
+  // the engine thread is not woken (docs/perf/history.md). Not for a stream: a send
   // written alone costs a system call and a wake-up of the reader each, while
   // the engine thread writes all the messages queued meanwhile at once (§9.4).
   const conf::Settings& cfg = conf::Get();
@@ -491,7 +491,7 @@ void Engine::OnAck(Path& p, uint64_t ack) {
   SendSpaceRelease release;  // one lock per socket, not per message
   // Acknowledged messages were last touched long ago (a send buffer of
   // small ones is larger than the cache): each is fetched a few ahead of
-  // its turn (DESIGN.md §9.9).
+  // its turn (docs/perf/history.md §9.9).
   constexpr size_t kPrefetchAhead = 4;
   while (!p.unacked.empty() && p.unacked.front()->header.sequence <= ack) {
     if (p.unacked.size() > kPrefetchAhead) PrefetchMessage(*p.unacked[kPrefetchAhead]);

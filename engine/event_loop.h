@@ -7,7 +7,7 @@
 // work inline (TryRunInline): the send fast path, which then skips waking the
 // loop thread.
 //
-// Driving (DESIGN.md §9): an application thread about to block in recvmsg
+// Driving (docs/perf/history.md): an application thread about to block in recvmsg
 // becomes the loop for as long as it waits (Drive): it sleeps in
 // epoll_wait on the loop's epoll set, with its Waiter's timerfd added, and
 // handles whatever is ready itself — so an arriving message costs one wake-up

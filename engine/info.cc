@@ -506,7 +506,7 @@ std::string EngineDumpJson() {
     j.Close('}');
   }
   j.Close(']');
-  // The shared-memory payload arena (DESIGN.md §9.6), once a large payload
+  // The shared-memory payload arena (docs/perf/history.md §9.6), once a large payload
   // to this host created it.
   j.Key("arena");
   if (std::shared_ptr<ShmArena> arena = ShmArena::Existing()) {

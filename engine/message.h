@@ -140,7 +140,7 @@ using MessagePtr = std::shared_ptr<Message>;
 
 // Asks the CPU to fetch a message (and the reference count in front of it)
 // ahead of a walk over many cold ones: acknowledgement of a send buffer's
-// worth of small messages (DESIGN.md §9.9).
+// worth of small messages (docs/perf/history.md §9.9).
 inline void PrefetchMessage(const Message& m) {
   constexpr size_t kLine = 64;
   const char* p = reinterpret_cast<const char*>(&m) - 2 * sizeof(int);

@@ -110,7 +110,7 @@ class PortRegistry {
   absl::StatusOr<AddrFile> File(const RdsAddr& addr);
   absl::StatusOr<int> PortsFd(const RdsAddr& addr);
   // The counters of the address looked up last, read without the lock: every
-  // sendmsg to a same-host port reads its generation, twice (DESIGN.md §9.4).
+  // sendmsg to a same-host port reads its generation, twice (docs/perf/history.md §9.4).
   // Mappings and these entries live as long as the registry.
   struct RecentGens {
     RdsAddr addr;

@@ -231,7 +231,7 @@ absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flag
 }
 
 // Storage for a message's payload: a block of the shared arena when the
-// payload is large and bound for this host (DESIGN.md §9.6), else the pools.
+// payload is large and bound for this host (docs/perf/history.md §9.6), else the pools.
 Payload NewSendPayload(size_t len, bool local_dest) {
   if (local_dest && len >= ShmArena::kMinBlock) {
     if (std::shared_ptr<ShmArena> arena = ShmArena::Get()) {
@@ -278,7 +278,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   bool zcopy;
   int transport;
   // Send-buffer admission, taken with the settings when there is room (one
-  // lock hold per sendmsg instead of two, DESIGN.md §9.7) and given back if
+  // lock hold per sendmsg instead of two, docs/perf/history.md §9.7) and given back if
   // the send fails before its message is queued.
   bool admitted = false;
   bool had_sent = false;
@@ -400,7 +400,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     rs.mu.Unlock();
     // (Not driving, unlike recvmsg: a sender that drove would park the loop
     // thread for a lease, leaving the acknowledgements of a stream unread
-    // until the sender blocks again — 64 B stream rate -11%, DESIGN.md §9.10.)
+    // until the sender blocks again — 64 B stream rate -11%, docs/perf/history.md §9.10.)
     absl::Status slept = waiter->Sleep(deadline);
     rs.mu.Lock();
     if (!slept.ok()) {

@@ -4,7 +4,7 @@
 // that same-host peer engines map read-only: the link then carries only the
 // header and the block's offset, and the receiver's recvmsg() copies straight
 // out of the block — two copies per byte in all, as over TCP, instead of four
-// (DESIGN.md §9.6).
+// (docs/perf/history.md §9.6).
 //
 // Blocks are powers of two from 64 KiB to 1 MiB, carved from 1 MiB chunks on
 // demand (a chunk whose blocks are all free again goes back to be carved for

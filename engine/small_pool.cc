@@ -114,7 +114,7 @@ void* Allocate(size_t size) {
     // Blocks come back from other threads long after they were last
     // touched: fetch the next one now (up to four lines), or reading its
     // link and writing the object miss the cache on the next call
-    // (DESIGN.md §9.9).
+    // (docs/perf/history.md §9.9).
     if (const char* next = reinterpret_cast<const char*>(t.head[c])) {
       for (size_t off = 0; off < std::min<size_t>(ClassSize(c), 256); off += 64) {
         __builtin_prefetch(next + off, 1);

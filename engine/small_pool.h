@@ -5,7 +5,7 @@
 // way round on the receive side. glibc's per-thread cache only helps a thread
 // that frees what it allocates: here the allocating thread's cache is always
 // empty and every malloc and free goes to the arena (a third of the sending
-// process's time in the 64 B stream, DESIGN.md §9.4). This pool keeps freed
+// process's time in the 64 B stream, docs/perf/history.md §9.4). This pool keeps freed
 // blocks of a few size classes (64 B … 4 KiB) in per-thread caches and moves
 // them between threads in batches of 32 through a global list, one lock per
 // batch. It keeps at most 8 MiB of idle blocks per class beyond the threads'

@@ -93,7 +93,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   // Messages admitted and not yet released (engine/send.h). While there are
   // any, `in_flight_pin` keeps this socket alive for them: a message names
   // its sender by a plain pointer, not a reference count of its own (two
-  // atomic operations per message on the 64 B stream, DESIGN.md §9.9).
+  // atomic operations per message on the 64 B stream, docs/perf/history.md §9.9).
   size_t snd_msgs ABSL_GUARDED_BY(mu) = 0;
   std::shared_ptr<RdsSocket> in_flight_pin ABSL_GUARDED_BY(mu);
 

@@ -3,7 +3,7 @@
 // absl::Mutex's interface (with its thread-safety annotations) over the C++ standard library's
 // mutexes, rather than absl::Mutex itself, for two measured reasons:
 //  * Debian's abseil is built with the Mutex deadlock detector active: callgrind put about a
-//    fifth of the send path's instructions in it (GraphCycles, DESIGN.md §9). It can only be
+//    fifth of the send path's instructions in it (GraphCycles, docs/perf/history.md). It can only be
 //    switched off process-wide (absl::SetMutexDeadlockDetectionMode), which would change the
 //    behaviour of an application's own abseil mutexes.
 //  * Debian's abseil is not instrumented for ThreadSanitizer, which therefore cannot see the

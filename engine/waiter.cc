@@ -6,7 +6,7 @@
 // deadline arms the timer. A waker sets the timerfd's expiration count with
 // TFD_IOC_SET_TICKS, which wakes the reader at once like an eventfd write;
 // arming the timer to expire "now" instead costs a timer interrupt, ~20 µs
-// per wake-up on a KVM guest (measured: DESIGN.md §9). Kernels without
+// per wake-up on a KVM guest (measured: docs/perf/history.md). Kernels without
 // CONFIG_CHECKPOINT_RESTORE lack the ioctl; the timer is armed there.
 #include "engine/waiter.h"
 #include "engine/abandon.h"

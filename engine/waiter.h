@@ -13,7 +13,7 @@
 // calls (WakeBatch) until it has released the lock: a woken application
 // thread on the same core preempts its waker at once, and would otherwise find
 // the run lock and the socket's lock still held (a futex round trip and two
-// extra context switches per message, measured: DESIGN.md §9).
+// extra context switches per message, measured: docs/perf/history.md).
 //
 // Waiter objects live as long as the process: a thread's waiter returns to a
 // free list at thread exit and serves the next new thread, so a Wake() that

@@ -47,7 +47,7 @@ enum ExtType : uint8_t {
   kExtShimHello = 0x20,    // no data: the payload is a shim hello (engine/control.h)
   kExtShimControl = 0x21,  // 1 byte: control opcode; the payload is its body
   // be64 offset: the payload is not on the stream but in the sending engine's
-  // shared-memory arena at this offset (same-host links only, DESIGN.md §9.6).
+  // shared-memory arena at this offset (same-host links only, docs/perf/history.md §9.6).
   kExtShimPayloadRef = 0x22,
 };
 

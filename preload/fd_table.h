@@ -32,7 +32,7 @@ struct FdEntry {
 std::shared_ptr<const FdEntry> Lookup(int fd);
 // The entry for `fd` for the length of one wrapped call, without a
 // reference count of its own (four atomic operations per call on the 64 B
-// stream, DESIGN.md §9.9): each thread keeps a reference to the entry its
+// stream, docs/perf/history.md §9.9): each thread keeps a reference to the entry its
 // last call used, checked against the table's generation. A call made while
 // another is in progress on the same thread (a signal handler) takes a
 // reference of its own. Not to be kept beyond the call.

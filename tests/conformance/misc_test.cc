@@ -368,7 +368,7 @@ TEST(Misc, Dup3WithOCloexecKeepsTheSocketWorking) {
 }
 
 // ---- descriptor numbers reused; calls nested in a signal handler ------------------------------------
-// (The shim remembers each thread's last RDS descriptor between calls, DESIGN.md §9.9: a number
+// (The shim remembers each thread's last RDS descriptor between calls, docs/perf/history.md §9.9: a number
 // that now names another socket, or no RDS socket, must never reach the old one.)
 
 TEST(Misc, ADescriptorNumberReusedByAnotherRdsSocketReachesTheNewOne) {

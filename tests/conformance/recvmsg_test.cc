@@ -661,7 +661,7 @@ TEST(Recvmsg, RecvmsgNonblockingDeliversAPendingZerocopyCompletion) {
 
 // ---- DESIGN.md §2.2 / §A.5: blocking receive and signals -------------------------------------------
 //
-// Each signal test runs twice (DESIGN.md §9.3): once with the blocked thread sleeping on its
+// Each signal test runs twice (docs/perf/history.md §9.3): once with the blocked thread sleeping on its
 // timerfd (the kernel decides restart or EINTR), once with it driving the engine's event loop in
 // epoll_pwait (the shim decides, from the process's signal dispositions). Which one happens is
 // chosen through the dispositions: the test's SIGUSR1 handler and the harness's SIGALRM watchdog

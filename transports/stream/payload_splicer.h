@@ -3,7 +3,7 @@
 //
 // A write() copies every payload byte into the socket's buffer; on a 1 MiB
 // stream that copy is the sending core's largest cost after TCP itself
-// (DESIGN.md §9.8). The splicer instead hands the kernel the payload's pages:
+// (docs/perf/history.md §9.8). The splicer instead hands the kernel the payload's pages:
 // vmsplice() puts references to them into a pipe, splice() moves those
 // references into the socket. The kernel then reads the pages until the peer
 // has read the bytes — on loopback and veth the receiving socket's buffers

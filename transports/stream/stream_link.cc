@@ -26,13 +26,13 @@ constexpr size_t kDirectReadMin = 64 * 1024;
 // A payload read straight into its final buffer is read this much at a time:
 // the kernel holds the socket's lock for the whole copy, and segments that
 // arrive meanwhile wait in its backlog, unacknowledged, so one 1 MiB copy
-// stretched the TCP round trip that BBR paces by (DESIGN.md §9.9).
+// stretched the TCP round trip that BBR paces by (docs/perf/history.md §9.9).
 constexpr size_t kDirectReadChunk = 128 * 1024;
 // While a TCP link waits for more of a payload of kDirectReadMin or more, the
 // kernel wakes its reader only once this much more of it has arrived (or all
 // of it, if less is missing): SO_RCVLOWAT. Waking at every segment cost the
 // sending host's CPU an IPI per 64 KiB, the bound of a 1 MiB stream across
-// hosts (DESIGN.md §9.13).
+// hosts (docs/perf/history.md §9.13).
 constexpr size_t kPayloadWakeBytes = 256 * 1024;
 constexpr int kMaxIov = 128;
 // Messages whose unwritten part is at most this long are copied into one
@@ -514,7 +514,7 @@ void StreamLink::WriteFailed() {
 }
 
 // ---------------------------------------------------------------------------
-// Shared payloads (AF_UNIX links, DESIGN.md §9.6).
+// Shared payloads (AF_UNIX links, docs/perf/history.md §9.6).
 
 bool StreamLink::ReceiveShared(wire::Header& h, Payload& p) {
   if (!wire::HasExtHeaders(h)) return true;  // an ordinary data message

@@ -13,10 +13,10 @@
 // its offset, the peer borrows it from its mapping of the arena
 // (peer_arena.h), and the link keeps the block lent until the peer releases
 // it. The arena's announcement, the releases and the loans are this link's
-// own business: the engine above sees ordinary messages (DESIGN.md §9.6).
+// own business: the engine above sees ordinary messages (docs/perf/history.md §9.6).
 //
 // To other hosts (TCP links) a large payload is not copied into the socket
-// either: its pages go in by reference (payload_splicer.h, DESIGN.md §9.8).
+// either: its pages go in by reference (payload_splicer.h, docs/perf/history.md §9.8).
 //
 // Thread-safety: with the engine's event-loop run lock held (the engine
 // thread, or an application thread on the inline send path).
