@@ -369,7 +369,7 @@ class RdsctlHost(unittest.TestCase):
 
     def test_shared_arena_loans(self):
         # Same host: PB sends three 100,000-byte messages (carried by reference in PB's shared
-        # arena, DESIGN.md §9.6) to PA's sink, which does not read them yet. PB's engine shows
+        # arena, docs/perf/history.md §9.6) to PA's sink, which does not read them yet. PB's engine shows
         # its arena with three blocks lent; once PA reads them the loans come back.
         rundir = itlib.make_tmpdir("rdsctl-arena")
         pa = itlib.Proc("PA", [sys.executable, PEER], rundir)
@@ -403,12 +403,6 @@ class RdsctlHost(unittest.TestCase):
 
     def test_stale_hung_and_escaping(self):
         rundir = itlib.make_tmpdir("rdsctl-host")
-        # A stale socket: a dead pid (above any pid_max) whose file outlived its listener.
-        dead_pid = 4194304 + 11
-        stale = os.path.join(rundir, f"engine-{dead_pid}.sock")
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(stale)
-        s.close()
         # A hung "engine": alive (our own pid), accepts, never answers.
         hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         hung.bind(os.path.join(rundir, f"engine-{os.getpid()}.sock"))
@@ -421,6 +415,15 @@ class RdsctlHost(unittest.TestCase):
         pc.expect("comm", STEP)
         pc.send("bind one 127.0.0.1 0")
         port = int(pc.expect("bound one", STEP).split()[3])
+        # A stale socket: a dead pid (above any pid_max) whose file outlived its listener. Made
+        # after PC's engine started serving: an engine prunes such files when it starts
+        # (DESIGN.md §4), and this part is about rdsctl's own handling of them.
+        time.sleep(0.3)
+        dead_pid = 4194304 + 11
+        stale = os.path.join(rundir, f"engine-{dead_pid}.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(stale)
+        s.close()
 
         # --keep-stale keeps the file; the hung engine costs at most --timeout.
         start = time.monotonic()
