@@ -1517,6 +1517,8 @@ size_t Engine::PendingMessages() {
 }
 
 void Engine::PruneStaleEngineSockets() {
+  const int dirs = HostRegistry::Get().PruneUnusedNamespaceDirs();
+  if (dirs > 0) stats::Add(stats::kShimStaleNamespaceDirsPruned, static_cast<uint64_t>(dirs));
   for (const auto& [pid, path] : HostRegistry::Get().OtherEngines()) {
     absl::StatusOr<int> fd = unix_link::Connect(path);
     if (fd.ok()) {

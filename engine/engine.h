@@ -202,7 +202,8 @@ class Engine {
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
   // Removes the socket files of engines that died without removing their own
-  // (killed): nothing listens there and no process has that pid.
+  // (killed): nothing listens there and no process has that pid; and the
+  // folders of namespaces nobody uses (HostRegistry::PruneUnusedNamespaceDirs).
   void PruneStaleEngineSockets();
   // Runs `task` on the engine thread and waits for it; if the engine does not
   // answer because its fds were lost behind its back (sys::InternalFdsLost),

@@ -2,7 +2,9 @@
 #include "engine/registry.h"
 
 #include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,13 +155,52 @@ pid_t HostRegistry::SocketOwner(uint64_t id) {
   return p == -2 ? 1 : (p < 0 ? 0 : p);
 }
 
+int HostRegistry::PruneUnusedNamespaceDirs() const {
+  int pruned = 0;
+  DIR* d = opendir(rundir_.c_str());
+  if (d == nullptr) return 0;
+  std::vector<std::string> dirs;
+  while (struct dirent* ent = readdir(d)) {
+    if (absl::StartsWith(ent->d_name, "ns-")) dirs.push_back(absl::StrCat(rundir_, "/", ent->d_name));
+  }
+  closedir(d);
+  for (const std::string& dir : dirs) {
+    int fd = sys::Open((dir + "/bindgen").c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) continue;  // not a folder of ours, or being made right now
+    if (sys::Flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      // Nobody uses it, and nobody can start to until the lock goes: its users
+      // re-check that the file is still linked once they hold their lock.
+      bool gone = true;
+      if (DIR* nd = opendir(dir.c_str())) {
+        while (struct dirent* ent = readdir(nd)) {
+          if (std::strcmp(ent->d_name, ".") == 0 || std::strcmp(ent->d_name, "..") == 0) continue;
+          if (unlinkat(dirfd(nd), ent->d_name, 0) != 0) gone = false;  // another user's file
+        }
+        closedir(nd);
+      }
+      if (gone && rmdir(dir.c_str()) == 0) ++pruned;
+    }
+    sys::Close(fd);
+  }
+  return pruned;
+}
+
 absl::StatusOr<std::unique_ptr<PortRegistry>> PortRegistry::Open(const std::string& rundir,
                                                                  NetNsKey key) {
   std::string dir = absl::StrCat(rundir, "/ns-", key.dev, "-", key.ino);
-  if (absl::Status s = HostRegistry::EnsureDir(dir); !s.ok()) return s;
-  int gen_fd = OpenShared(dir + "/bindgen");
-  if (gen_fd < 0) {
-    return absl::InternalError(absl::StrFormat("cannot open %s/bindgen: %s", dir, strerror(errno)));
+  int gen_fd = -1;
+  for (int attempt = 0;; ++attempt) {
+    if (absl::Status s = HostRegistry::EnsureDir(dir); !s.ok()) return s;
+    gen_fd = OpenShared(dir + "/bindgen");
+    if (gen_fd < 0) {
+      return absl::InternalError(absl::StrFormat("cannot open %s/bindgen: %s", dir, strerror(errno)));
+    }
+    // In use while this registry lives (HostRegistry::PruneUnusedNamespaceDirs);
+    // a folder pruned between the open and the lock is made again.
+    struct stat linked;
+    if (sys::Flock(gen_fd, LOCK_SH) == 0 && fstat(gen_fd, &linked) == 0 && linked.st_nlink > 0) break;
+    sys::CloseInternal(gen_fd);
+    if (attempt == 8) return absl::InternalError(absl::StrFormat("cannot hold %s", dir));
   }
   struct stat st;
   if (fstat(gen_fd, &st) == 0 && st.st_size < static_cast<off_t>(sizeof(uint64_t))) {

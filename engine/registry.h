@@ -55,6 +55,11 @@ class HostRegistry {
   std::vector<std::string> OtherEngineSockets() const;
   // The same with each engine's pid.
   std::vector<std::pair<pid_t, std::string>> OtherEngines() const;
+  // Removes the folders of namespaces no process uses (deleted namespaces',
+  // typically): a PortRegistry holds a shared flock on its folder's bindgen
+  // file for its lifetime, so a folder whose bindgen can be locked exclusively
+  // has no user, and a new user re-creates it. Returns how many went.
+  int PruneUnusedNamespaceDirs() const;
 
   // Socket ownership (DESIGN.md §2.4).
   absl::Status ClaimSocket(uint64_t id);      // EBUSY-like failure if another process owns it

@@ -142,6 +142,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_epoll_waits_driven",
     "shim_tcp_waits_for_payload",
     "shim_stale_engines_pruned",
+    "shim_stale_ns_dirs_pruned",
 };
 
 }  // namespace

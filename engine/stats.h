@@ -90,6 +90,7 @@ enum Counter : int {
   kShimEpollWaitsDriven,     // blocking epoll waits that ran the event loop themselves
   kShimTcpWaitsForPayload,   // a TCP link's reader set to wake only for a large payload's next piece
   kShimStaleEnginesPruned,   // socket files of dead engines removed from the run directory
+  kShimStaleNamespaceDirsPruned,  // run-directory folders of namespaces nobody used, removed
   kNumCounters,
 };
 

@@ -147,6 +147,13 @@ int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
   return static_cast<int>(
       syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, size_t{8}));
 }
+int Flock(int fd, int operation) {
+  int r;
+  do {
+    r = static_cast<int>(syscall(SYS_flock, fd, operation));
+  } while (r != 0 && errno == EINTR);
+  return r;
+}
 int EpollCtl(int epfd, int op, int fd, struct epoll_event* event) {
   return static_cast<int>(syscall(SYS_epoll_ctl, epfd, op, fd, event));
 }

@@ -54,6 +54,7 @@ ssize_t Sendto(int fd, const void* buf, size_t n, int flags, const struct sockad
 ssize_t Recv(int fd, void* buf, size_t n, int flags);
 int Fcntl(int fd, int cmd, long arg);
 int FcntlLock(int fd, int cmd, struct flock* lock);
+int Flock(int fd, int operation);
 int Ioctl(int fd, unsigned long request, void* arg);
 int Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
 // ppoll: `timeout` null waits forever; `mask` (null: unchanged) is the signal mask while waiting.

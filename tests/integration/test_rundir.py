@@ -6,6 +6,8 @@
    exec'd a program that does not use RDS is pruned by the next processes.
 2. The file of a killed process (kill -9) is pruned by the next process that binds an RDS
    socket on the host, without any tool run.
+3. The registry folder of a network namespace that was deleted (nobody uses it) is pruned by
+   the next process that binds; the folder of a namespace in use stays.
 
 lifetime_probe.c and py_lifetime.py are the programs. Expected run time: ~5 s.
 """
@@ -78,6 +80,39 @@ class RunDir(unittest.TestCase):
         self.assertNotIn(stale, engine_files(rundir),
                          "the next process on the host did not prune the killed one's file")
         self.assertIn(f"engine-{newcomer.pid}.sock", engine_files(rundir))
+        newcomer.p.kill()
+
+    def test_3_folders_of_unused_namespaces_are_pruned(self):
+        itlib.require_netns()
+        rundir = itlib.make_tmpdir("rundir-ns")
+        gone_ns = itlib.add_netns(f"rdsitgone{itlib.unique_tag()}")
+        kept_ns = itlib.add_netns(f"rdsitkept{itlib.unique_tag()}")
+        # A process that used a namespace that is then deleted, and one still using another.
+        keeper = itlib.Proc("kept-user", [probe(), "count", "127.0.0.1", 4701, 1, 60000], rundir,
+                            netns=kept_ns)
+        keeper.expect("ready", 20)
+        user = itlib.Proc("gone-user", [probe(), "count", "127.0.0.1", 4700, 1, 500], rundir,
+                          netns=gone_ns)
+        user.close_stdin()
+        user.expect("count", 20)
+        user.wait(10)
+        before = sorted(d for d in os.listdir(rundir) if d.startswith("ns-"))
+        self.assertEqual(len(before), 2, before)
+        itlib.sh("ip", "netns", "del", gone_ns)
+        itlib.CLEANUP.netns.remove(gone_ns)
+        newcomer = itlib.Proc("newcomer", [probe(), "count", "127.0.0.1", 4702, 1, 60000], rundir)
+        newcomer.expect("ready", 20)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            now = sorted(d for d in os.listdir(rundir) if d.startswith("ns-"))
+            if len(now) == 2 and not set(before) <= set(now):
+                break
+            time.sleep(0.05)
+        now = sorted(d for d in os.listdir(rundir) if d.startswith("ns-"))
+        # The deleted namespace's folder went; the one in use stayed; the newcomer's is there.
+        self.assertEqual(len(now), 2, f"before {before}, now {now}")
+        self.assertEqual(len(set(before) & set(now)), 1, f"before {before}, now {now}")
+        keeper.p.kill()
         newcomer.p.kill()
 
 
