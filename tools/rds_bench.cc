@@ -55,6 +55,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/tool_flags.h"
+
 #ifndef AF_RDS
 #define AF_RDS 21
 #endif
@@ -308,7 +310,7 @@ int SinkLoop(const WorkerArgs& a, RecvOne recv_one) {
   uint64_t msgs = 0, bytes = 0;
   double first = 0;
   // Stalls: the time spent in gaps of kStallGapSec or more between two messages, where the
-  // transport delivered nothing (DESIGN.md §9.12). Timed for large messages only: a clock read
+  // transport delivered nothing (docs/perf/history.md §9.12). Timed for large messages only: a clock read
   // per message would perturb the small-message rates.
   const bool time_stalls = a.size >= kStallTimedMinSize;
   double last = 0, stalled = 0;
@@ -1480,16 +1482,64 @@ void PrintSummary(const Options& o, const std::vector<Row>& all_trials,
   }
 }
 
+constexpr char kSynopsis[] =
+    "usage: rds-bench --preload LIB [--seconds S] [--trials N] [--lat-sizes LIST]\n"
+    "                 [--rate-sizes LIST]\n"
+    "                 [--poll-lat-sizes LIST] [--placements host,netns]\n"
+    "                 [--cpus split|same|none]\n"
+    "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
+    "                 [--scale-peers P] [--scale-wait auto|epoll|poll] [--csv FILE]\n"
+    "                 [--plot FILE.png|''] [--tcp-congestion NAME]";
+constexpr char kSizeList[] =
+    "  LIST: comma-separated sizes such as 64,1K,64K,1M ('' skips that measurement).";
+
+// What --help prints (rds::tools::HelpOrVersion).
+rds::tools::ToolHelp Help() {
+  return {
+      "rds-bench",
+      kSynopsis,
+      "Measures the shim against raw TCP with the same framing: ping-pong latency (also waiting\n"
+      "in poll() and epoll_wait()), one-way rate, on one host and across two network-namespace\n"
+      "hosts (root), the idle cost and a scale run; prints a summary against issue 6's targets\n"
+      "and writes a CSV and (with gnuplot) a PNG.",
+      {
+          {"--preload LIB", "the rds-preload library (required)"},
+          {"--seconds S", "seconds per measurement (default 1)"},
+          {"--trials N", "run every measurement N times, shim and TCP alternating (default 1)"},
+          {"--lat-sizes LIST", "ping-pong message sizes (default 64,1K,8K,64K,1M)"},
+          {"--rate-sizes LIST", "one-way rate message sizes (default 64,1K,8K,64K,1M)"},
+          {"--poll-lat-sizes LIST", "ping-pong sizes waiting in poll()/epoll_wait() (default 64)"},
+          {"--placements host,netns", "where the processes run (default both; netns needs root)"},
+          {"--cpus split|same|none", "split: server cpu0, client cpu1 (default); same: cpu0; none"},
+          {"--transports rds,tcp", "what to measure (default both)"},
+          {"--idle-sockets N", "bound sockets of the idle measurement (default 1000; 0: none)"},
+          {"--scale-sockets N", "sockets of the scale run's hub (default 10000; 0: no scale run)"},
+          {"--scale-peers P", "peer processes of the scale run (default 64)"},
+          {"--scale-wait auto|epoll|poll", "how the scale hub waits (auto: epoll if fds allow)"},
+          {"--csv FILE", "the CSV of every measurement (default rds-bench.csv)"},
+          {"--plot FILE.png|''", "the plot (default rds-bench.png; '': none)"},
+          {"--tcp-congestion NAME", "congestion control of the TCP baseline and the shim's links"},
+          // Internal: rds-bench runs itself with these as its worker processes.
+          {"--worker ROLE", "internal: run as a worker (rds-echo, tcp-ping, rds-scale-hub, ...)"},
+          {"--addr IP", "internal: the worker's own address"},
+          {"--peer IP", "internal: the server's address"},
+          {"--port N", "internal: the server's port (scale: the first of the hub's ports)"},
+          {"--size N", "internal: the message size (idle worker: the socket count)"},
+          {"--cpu N", "internal: the cpu to run on (-1: any)"},
+          {"--count N", "internal: the scale hub's socket count"},
+          {"--peers N", "internal: the scale run's number of peer processes"},
+          {"--index N", "internal: this scale peer's number"},
+          {"--wait auto|epoll|poll", "internal: how the worker waits before receiving"},
+      },
+      std::string(kSizeList) +
+          "\n  Options take their value as --name VALUE or --name=VALUE; \"internal\" ones are\n"
+          "  given by rds-bench to the worker processes it runs (itself, under LD_PRELOAD).",
+  };
+}
+
 int Usage() {
   fprintf(stderr,
-          "usage: rds-bench --preload LIB [--seconds S] [--trials N] [--lat-sizes LIST]\n"
-          "                 [--rate-sizes LIST]\n"
-          "                 [--poll-lat-sizes LIST] [--placements host,netns]\n"
-          "                 [--cpus split|same|none]\n"
-          "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
-          "                 [--scale-peers P] [--scale-wait auto|epoll|poll] [--csv FILE]\n"
-          "                 [--plot FILE.png|''] [--tcp-congestion NAME]\n"
-          "  LIST: comma-separated sizes such as 64,1K,64K,1M ('' skips that measurement).\n"
+          "%s\n%s\n"
           "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, server on cpu0\n"
           "  and client on cpu1; the ping-pong again at 64 B with every receive preceded by\n"
           "  poll() and by epoll_wait() (--poll-lat-sizes: rds-stress's and event loops'\n"
@@ -1501,7 +1551,8 @@ int Usage() {
           "  and plot give medians, the ratio is the median of the per-trial ratios and its\n"
           "  range is printed (the CSV keeps every trial).\n"
           "  --tcp-congestion: the congestion control of the raw TCP baseline and of the\n"
-          "  shim's TCP links alike (default: the host's, net.ipv4.tcp_congestion_control).\n");
+          "  shim's TCP links alike (default: the host's, net.ipv4.tcp_congestion_control).\n",
+          kSynopsis, kSizeList);
   return 2;
 }
 
@@ -1511,8 +1562,10 @@ int main(int argc, char** argv) {
   WorkerArgs w;
   Options o;
   bool worker = false;
+  const rds::tools::ToolHelp help = Help();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (rds::tools::HelpOrVersion(a, help)) return 0;
     std::string key = a, val;
     size_t eq = a.find('=');
     if (eq != std::string::npos) {
@@ -1590,7 +1643,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   // The TCP connections' congestion control matters more than anything else across the
-  // netns hosts (DESIGN.md §9.9): say which one was measured.
+  // netns hosts (docs/perf/history.md §9.9): say which one was measured.
   std::string cc = o.tcp_congestion;
   if (cc.empty()) {
     std::ifstream f("/proc/sys/net/ipv4/tcp_congestion_control");

@@ -22,15 +22,37 @@
 #include <string>
 #include <vector>
 
+#include "tools/tool_flags.h"
+
 #ifndef AF_RDS
 #define AF_RDS 21
 #endif
 
 namespace {
 
+constexpr char kSynopsis[] = "usage: rds-pingpong --preload LIB [--count N] [--port P]";
+
 int Usage() {
-  fprintf(stderr, "usage: rds-pingpong --preload LIB [--count N] [--port P]\n");
+  fprintf(stderr, "%s\n", kSynopsis);
   return 2;
+}
+
+// What --help prints (rds::tools::HelpOrVersion).
+rds::tools::ToolHelp Help() {
+  return {
+      "rds-pingpong",
+      kSynopsis,
+      "The main-job demo: an echo server and a client process exchange N messages of mixed\n"
+      "sizes (0 B ... 64 KiB) through the preloaded shim; every echo is checked byte for byte.\n"
+      "Prints the round-trip latency and PASS, or FAIL and exit status 1.",
+      {
+          {"--preload LIB", "the rds-preload library (required)"},
+          {"--count N", "messages to exchange (default 5000)"},
+          {"--port P", "the server's port on 127.0.0.1 (default: 20000 + pid % 20000)"},
+          {"--role server|client", "internal: run as that process (rds-pingpong starts both)"},
+      },
+      "",
+  };
 }
 
 sockaddr_in Loopback(uint16_t port) {
@@ -123,8 +145,10 @@ int main(int argc, char** argv) {
   std::string preload, role;
   int count = 5000;
   int port = 0;
+  const rds::tools::ToolHelp help = Help();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (rds::tools::HelpOrVersion(a, help)) return 0;
     if (a == "--preload" && i + 1 < argc) preload = argv[++i];
     else if (a == "--count" && i + 1 < argc) count = atoi(argv[++i]);
     else if (a == "--port" && i + 1 < argc) port = atoi(argv[++i]);

@@ -72,6 +72,8 @@
 #include <thread>
 #include <vector>
 
+#include "tools/tool_flags.h"
+
 namespace {
 
 constexpr int kAfRds = 21;
@@ -616,7 +618,7 @@ struct Options {
   bool quiet = false;
   // Receivers block in recvmsg (with a short SO_RCVTIMEO, to read their commands) instead of
   // polling a non-blocking socket: large messages then go straight into the waiting call's
-  // buffer (direct receive, DESIGN.md §9.8).
+  // buffer (direct receive, docs/perf/history.md §9.8).
   bool blocking_receive = false;
 };
 
@@ -901,17 +903,68 @@ std::vector<std::string> PlanArgs(const Pair& p) {
           "--sizes", opt.uniform ? "uniform" : "mixed"};
 }
 
+constexpr char kSynopsis[] =
+    "usage: rds-soak [--preload LIB[:LIB...]] [--local-pairs P] [--netns-pairs P\n"
+    "                 --ns-a NAME --ip-a IP --ns-b NAME --ip-b IP] [--local-addr IP]\n"
+    "                [--messages M] [--max-size B] [--sizes mixed|uniform] [--seed S]\n"
+    "                [--base-port N] [--rundir DIR] [--keep-rundir] [--timeout SEC]\n"
+    "                [--stall SEC] [--fault-reset-every N] [--fault-reset-permille N]\n"
+    "                [--fault-cut-permille N] [--fault-connect-fail-permille N]\n"
+    "                [--fault-connect-delay-ms N] [--env NAME=VALUE]... [--quiet]\n"
+    "                [--blocking-receive]";
+constexpr char kPreloadNote[] =
+    "Without --preload, the LD_PRELOAD this program runs under is given to the workers.";
+
+// What --help prints (rds::tools::HelpOrVersion).
+rds::tools::ToolHelp Help() {
+  return {
+      "rds-soak",
+      kSynopsis,
+      "A long-running correctness soak of RDS through the shim: sender/receiver process pairs\n"
+      "(same host, or across two network namespaces) check every message for loss,\n"
+      "duplication, reordering and corruption and compare SHA-256 digests of the streams,\n"
+      "optionally with injected faults. Prints one key=value record per pair and a total.",
+      {
+          {"--preload LIB[:LIB...]", "the rds-preload library (and others) the workers preload"},
+          {"--local-pairs P", "pairs on this host, on --local-addr (default 0)"},
+          {"--netns-pairs P", "pairs from namespace --ns-a to --ns-b, over TCP (root; default 0)"},
+          {"--ns-a NAME", "the senders' network namespace (/run/netns/NAME)"},
+          {"--ip-a IP", "the senders' address in --ns-a"},
+          {"--ns-b NAME", "the receivers' network namespace"},
+          {"--ip-b IP", "the receivers' address in --ns-b"},
+          {"--local-addr IP", "the local pairs' address (default 127.0.0.1)"},
+          {"--messages M", "messages per pair (default 10000)"},
+          {"--max-size B", "largest message, at most 1048576 (default 65536)"},
+          {"--sizes mixed|uniform", "message size distribution (default mixed)"},
+          {"--seed S", "seed of the message sizes and bytes (default: from the time and pid)"},
+          {"--base-port N", "first RDS port; pair K uses N+2K and N+2K+1 (default 5000)"},
+          {"--rundir DIR", "registry and log directory (default: a new /tmp/rds-soak.XXXXXX)"},
+          {"--keep-rundir", "keep the directory rds-soak made (kept anyway on failure)"},
+          {"--timeout SEC", "fail after this many seconds (default 3600)"},
+          {"--stall SEC", "fail after this many seconds without progress (default 60)"},
+          {"--fault-reset-every N", "workers' RDS_PRELOAD_FAULT_RESET_EVERY"},
+          {"--fault-reset-permille N", "workers' RDS_PRELOAD_FAULT_RESET_PERMILLE"},
+          {"--fault-cut-permille N", "workers' RDS_PRELOAD_FAULT_CUT_PERMILLE"},
+          {"--fault-connect-fail-permille N", "workers' RDS_PRELOAD_FAULT_CONNECT_FAIL_PERMILLE"},
+          {"--fault-connect-delay-ms N", "workers' RDS_PRELOAD_FAULT_CONNECT_DELAY_MS"},
+          {"--env NAME=VALUE", "set NAME=VALUE in the workers' environment (repeatable)"},
+          {"--quiet", "no progress messages on stderr"},
+          {"--blocking-receive", "receivers block in recvmsg instead of polling"},
+          // Internal: rds-soak runs itself with these as its worker processes.
+          {"--role receiver|sender", "internal: run as a worker"},
+          {"--bind IP:PORT", "internal: the worker's own address"},
+          {"--peer IP:PORT, --dest IP:PORT", "internal: the other end of the pair"},
+          {"--pair K", "internal: the pair's number"},
+      },
+      std::string(kPreloadNote) +
+          "\n\"internal\" options are given by rds-soak to the worker processes it runs (itself).\n"
+          "exit status: 0 pass; 1 loss, duplication, reordering, corruption or SHA mismatch;\n"
+          "2 usage; 3 setup failure, a worker failure, a stall or the time limit.",
+  };
+}
+
 int Usage() {
-  fprintf(stderr,
-          "usage: rds-soak [--preload LIB[:LIB...]] [--local-pairs P] [--netns-pairs P\n"
-          "                 --ns-a NAME --ip-a IP --ns-b NAME --ip-b IP] [--local-addr IP]\n"
-          "                [--messages M] [--max-size B] [--sizes mixed|uniform] [--seed S]\n"
-          "                [--base-port N] [--rundir DIR] [--keep-rundir] [--timeout SEC]\n"
-          "                [--stall SEC] [--fault-reset-every N] [--fault-reset-permille N]\n"
-          "                [--fault-cut-permille N] [--fault-connect-fail-permille N]\n"
-          "                [--fault-connect-delay-ms N] [--env NAME=VALUE]... [--quiet]\n"
-          "                [--blocking-receive]\n"
-          "Without --preload, the LD_PRELOAD this program runs under is given to the workers.\n");
+  fprintf(stderr, "%s\n%s\n", kSynopsis, kPreloadNote);
   return 2;
 }
 
@@ -1252,8 +1305,10 @@ int main(int argc, char** argv) {
   Plan plan;
   plan.messages = 0;
   bool have_bind = false, have_peer = false;
+  const rds::tools::ToolHelp help = Help();
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
+    if (rds::tools::HelpOrVersion(a, help)) return 0;
     auto val = [&]() -> std::string {
       if (i + 1 >= argc) exit(Usage());
       return argv[++i];

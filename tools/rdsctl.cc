@@ -37,7 +37,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -825,7 +824,7 @@ std::string RenderPrometheus(const Snapshot& s) {
     x.Sample("rds_preload_sockets", "gauge", "RDS sockets open in the process", base, t.sockets);
     x.Sample("rds_preload_paths", "gauge", "paths (links to peer engines) of the process", base,
              t.paths);
-    // The shared-memory payload arena, once the process has one (DESIGN.md §9.6).
+    // The shared-memory payload arena, once the process has one (docs/perf/history.md §9.6).
     auto arena = e.state.find("arena");
     if (arena != e.state.end() && arena->is_object()) {
       x.Sample("rds_preload_shm_arena_bytes", "gauge",
@@ -971,20 +970,29 @@ std::vector<std::string> Normalize(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "shows the RDS sockets, paths, counters and settings of every rds-preload process.\n"
+  const rds::tools::ToolHelp help = {
+      "rdsctl",
       "usage: rdsctl [show|processes|sockets|paths|counters] [PID...] [--json|--prometheus] "
       "[--watch[=SECONDS]]\n"
-      "       rdsctl config [PID...] [--json]\n"
-      "See rdsctl(8).");
+      "       rdsctl config [PID...] [--json]",
+      "Shows the RDS sockets, paths, counters and settings of every rds-preload process.",
+      rds::tools::AbslToolOptions(/*dashes=*/true),  // Normalize() accepts both spellings
+      "commands: show (the default: every table), processes, sockets, paths, counters;\n"
+      "config: every setting of each process. PID arguments restrict the output to them.\n"
+      "exit status: 0; 1 if a PID is not an rds-preload process or did not answer, or config\n"
+      "found no process; 2 for usage errors. See rdsctl(8).",
+  };
   std::vector<std::string> normalized = Normalize(argc, argv);
   std::vector<std::string> options;
   for (size_t i = 1; i < normalized.size() && normalized[i] != "--"; ++i) {
     if (absl::StartsWith(normalized[i], "-")) options.push_back(normalized[i]);
   }
-  if (std::optional<std::string> bad = rds::tools::UnknownFlag(options)) {
-    fprintf(stderr, "rdsctl: unknown option %s (see --help)\n", bad->c_str());
-    return kExitUsage;
+  for (const std::string& option : options) {
+    if (rds::tools::HelpOrVersion(option, help)) return kExitOk;
+    if (rds::tools::UnknownFlag({option})) {
+      fprintf(stderr, "rdsctl: unknown option %s (see --help)\n", option.c_str());
+      return kExitUsage;
+    }
   }
   std::vector<char*> args;
   for (std::string& a : normalized) args.push_back(a.data());

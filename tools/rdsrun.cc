@@ -42,7 +42,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -459,9 +458,11 @@ std::string NewPreload(const char* existing, const std::string& lib) {
   return absl::StrJoin(entries, ":");
 }
 
-// Splits argv into rdsrun's own flags and the command (the first argument
-// that is not a flag, or everything after "--").
-void SplitArgs(int argc, char** argv, std::vector<char*>* own, std::vector<char*>* command) {
+// Splits argv into rdsrun's own flags (`own`: argv[0], then each flag and
+// the value of `--lib PATH`; `options`: the flags alone) and the command (the
+// first argument that is not a flag, or everything after "--").
+void SplitArgs(int argc, char** argv, std::vector<char*>* own, std::vector<std::string>* options,
+               std::vector<char*>* command) {
   own->push_back(argv[0]);
   int i = 1;
   for (; i < argc; ++i) {
@@ -472,6 +473,7 @@ void SplitArgs(int argc, char** argv, std::vector<char*>* own, std::vector<char*
     }
     if (a.size() < 2 || a[0] != '-') break;
     own->push_back(argv[i]);
+    options->push_back(a);
     std::string name = a.substr(a.find_first_not_of('-'));
     if ((name == "lib") && i + 1 < argc) own->push_back(argv[++i]);
   }
@@ -481,18 +483,24 @@ void SplitArgs(int argc, char** argv, std::vector<char*>* own, std::vector<char*
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "runs CMD with rds-preload (LD_PRELOAD=librds_preload.so), after checking that the shim "
-      "will really be loaded into it.\n"
-      "usage: rdsrun [--lib PATH] [--check] [--force] [--verbose] [--] CMD [ARG...]\n"
-      "exit status: CMD's; 127 if the shim cannot be loaded into CMD; 126 if CMD cannot be "
-      "executed; 125 for usage errors. See rdsrun(1).");
+  const rds::tools::ToolHelp help = {
+      "rdsrun",
+      "usage: rdsrun [--lib PATH] [--check] [--force] [--verbose] [--] CMD [ARG...]",
+      "Runs CMD with rds-preload (LD_PRELOAD=librds_preload.so), after checking that the shim\n"
+      "will really be loaded into it. Options after CMD are CMD's.",
+      rds::tools::AbslToolOptions(/*dashes=*/false),
+      "exit status: CMD's; 127 if the shim cannot be loaded into CMD; 126 if CMD cannot be\n"
+      "executed; 125 for usage errors. See rdsrun(1).",
+  };
   std::vector<char*> own, command;
-  SplitArgs(argc, argv, &own, &command);
-  std::vector<std::string> own_args(own.begin() + 1, own.end());
-  if (std::optional<std::string> bad = rds::tools::UnknownFlag(own_args)) {
-    Say(absl::StrCat("unknown option ", *bad, " (see --help)"));
-    return kExitUsage;
+  std::vector<std::string> options;
+  SplitArgs(argc, argv, &own, &options, &command);
+  for (const std::string& option : options) {
+    if (rds::tools::HelpOrVersion(option, help)) return 0;
+    if (rds::tools::UnknownFlag({option})) {
+      Say(absl::StrCat("unknown option ", option, " (see --help)"));
+      return kExitUsage;
+    }
   }
   absl::ParseCommandLine(static_cast<int>(own.size()), own.data());
   g_verbose = absl::GetFlag(FLAGS_verbose);
