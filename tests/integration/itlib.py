@@ -10,7 +10,13 @@ Every driver:
   * exits 0 when every test passed, 77 when every test was skipped (meson: SKIP), 1 otherwise.
 
 Paths come from the environment set by tests/integration/meson.build; when a variable is
-missing the default build directory ./build is tried.
+missing (a driver run by hand), they are looked for in BUILD_DIR: the current directory when it
+is a meson build directory of this checkout (`cd build-x && python3 ../tests/integration/...`),
+else ./build.
+
+Nothing may depend on where the checkout lives: a process that runs as another user is given
+no path into the checkout or the build directory, which may be under a directory only root can
+enter; see other_users_dir.
 """
 
 import atexit
@@ -33,13 +39,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 EXIT_SKIP = 77
 
+
+def _default_build_dir():
+    """The current directory when it is a meson build directory of this checkout, else ./build."""
+    try:
+        cwd = os.getcwd()
+        with open(os.path.join(cwd, "meson-info", "meson-info.json")) as f:
+            source = json.load(f)["directories"]["source"]
+        if os.path.realpath(source) == os.path.realpath(REPO):
+            return cwd
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return os.path.join(REPO, "build")
+
+
+BUILD_DIR = _default_build_dir()
+
 _DEFAULTS = {
-    "RDS_IT_PRELOAD_LIB": os.path.join(REPO, "build", "preload", "librds_preload.so"),
-    "RDS_PEER": os.path.join(REPO, "build", "tests", "integration", "rds_peer"),
-    "CLOSE_FORK_PROBE": os.path.join(REPO, "build", "tests", "integration", "close_fork_probe"),
-    "LIFETIME_PROBE": os.path.join(REPO, "build", "tests", "integration", "lifetime_probe"),
-    "BAD_INPUT_PROBE": os.path.join(REPO, "build", "tests", "integration", "bad_input_probe"),
-    "FORTIFY_CLIENT": os.path.join(REPO, "build", "tests", "integration", "fortify_client"),
+    "RDS_IT_PRELOAD_LIB": os.path.join(BUILD_DIR, "preload", "librds_preload.so"),
+    "RDS_PEER": os.path.join(BUILD_DIR, "tests", "integration", "rds_peer"),
+    "CLOSE_FORK_PROBE": os.path.join(BUILD_DIR, "tests", "integration", "close_fork_probe"),
+    "LIFETIME_PROBE": os.path.join(BUILD_DIR, "tests", "integration", "lifetime_probe"),
+    "BAD_INPUT_PROBE": os.path.join(BUILD_DIR, "tests", "integration", "bad_input_probe"),
+    "FORTIFY_CLIENT": os.path.join(BUILD_DIR, "tests", "integration", "fortify_client"),
 }
 
 
@@ -82,6 +104,7 @@ class _Cleanup:
     def __init__(self):
         self.procs = []
         self.netns = []
+        self.hooks = []  # functions run once every process has ended, before dirs are removed
         self.dirs = []
         self.done = False
 
@@ -98,6 +121,12 @@ class _Cleanup:
             except Exception:
                 pass
         self.procs.clear()
+        hooks, self.hooks = self.hooks, []
+        for hook in reversed(hooks):
+            try:
+                hook()
+            except Exception as e:  # the rest of the cleanup must still run
+                log(f"cleanup: {getattr(hook, '__name__', hook)}: {e!r}")
         for ns in reversed(self.netns):
             subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=20)
@@ -141,6 +170,51 @@ def make_tmpdir(tag):
     return d
 
 
+def _reachable_by_all(path):
+    """True when every directory from / down to path has the search bit for others."""
+    path = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
+def other_users_dir(tag):
+    """A new temporary directory that processes of every uid can enter and read (mode 0755), for
+    what a test runs as another user must open: copies of the preload library and of helper
+    scripts, its run directories. Such a process must not be given paths into the checkout or
+    the build directory: they may lie under a directory only their owner can enter (root's home,
+    a 0700 home directory, a `mktemp -d` folder), and the tests must not loosen permissions of
+    the user's tree. The parent is the first of tempfile's choice ($TMPDIR), /tmp, /var/tmp and
+    /dev/shm that everyone can reach; SkipTest when none is. Removed by CLEANUP."""
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK) and _reachable_by_all(base):
+            d = tempfile.mkdtemp(prefix=f"rds-it-{tag}-", dir=base)
+            CLEANUP.dirs.append(d)
+            os.chmod(d, 0o755)
+            return d
+    raise unittest.SkipTest("no temporary directory that other users can enter ($TMPDIR, /tmp, "
+                            "/var/tmp, /dev/shm)")
+
+
+def share_with_other_users(directory, *paths):
+    """Copies each file into directory (made by other_users_dir), readable by everyone and
+    executable when the original is; returns the paths of the copies, in order."""
+    out = []
+    for p in paths:
+        dst = os.path.join(directory, os.path.basename(p))
+        shutil.copyfile(p, dst)
+        os.chmod(dst, 0o755 if os.stat(p).st_mode & 0o111 else 0o644)
+        out.append(dst)
+    return out
+
+
 def plain_env(**extra):
     """The driver's environment without LD_PRELOAD and without RDS_IT_PRELOAD_LIB (the shim reads
     every RDS_PRELOAD_* variable as a setting and warns about unknown ones)."""
@@ -149,10 +223,11 @@ def plain_env(**extra):
     return env
 
 
-def preload_value():
-    """The LD_PRELOAD value for a child: the shim, followed in a sanitizer build by the sanitizer
-    runtime (RDS_IT_PRELOAD_RUNTIME, set by tests/meson.build, which explains the order)."""
-    lib = path_of("RDS_IT_PRELOAD_LIB")
+def preload_value(lib=None):
+    """The LD_PRELOAD value for a child: the shim (lib, by default RDS_IT_PRELOAD_LIB), followed
+    in a sanitizer build by the sanitizer runtime (RDS_IT_PRELOAD_RUNTIME, set by
+    tests/meson.build, which explains the order)."""
+    lib = lib or path_of("RDS_IT_PRELOAD_LIB")
     runtime = os.environ.get("RDS_IT_PRELOAD_RUNTIME")
     return f"{lib}:{runtime}" if runtime else lib
 
@@ -192,10 +267,12 @@ class Proc:
     """A child with stdin/stdout pipes; stderr goes to a file shown in failure messages.
 
     With netns=NAME the command runs as `ip netns exec NAME env LD_PRELOAD=... cmd`, so only the
-    command itself (not `ip`) is preloaded.
+    command itself (not `ip`) is preloaded. cwd: the child's working directory (by default the
+    driver's).
     """
 
-    def __init__(self, name, argv, rundir, netns=None, preload=True, pass_fds=(), extra_env=None):
+    def __init__(self, name, argv, rundir, netns=None, preload=True, pass_fds=(), extra_env=None,
+                 cwd=None):
         self.name = name
         self.lines = []
         self._buf = b""
@@ -219,7 +296,8 @@ class Proc:
                 RDS_PRELOAD_RUNDIR=rundir, **extra_env)
         self.argv = argv
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self._err, env=env, pass_fds=pass_fds, bufsize=0)
+                                  stderr=self._err, env=env, pass_fds=pass_fds, bufsize=0,
+                                  cwd=cwd)
         CLEANUP.procs.append(self.p)
 
     @property
@@ -478,7 +556,9 @@ def run_tests(limit_seconds):
     log(f"driver time {time.monotonic() - start:.1f} s")
     if not result.wasSuccessful():
         sys.exit(1)
-    if result.testsRun and len(result.skipped) == result.testsRun:
+    # A skip in setUpClass is one entry for the whole class, whose tests are not counted as run.
+    skipped_tests = sum(isinstance(test, unittest.TestCase) for test, _ in result.skipped)
+    if result.skipped and result.testsRun == skipped_tests:
         sys.exit(EXIT_SKIP)
     sys.exit(0)
 

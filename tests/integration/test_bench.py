@@ -36,7 +36,7 @@ import unittest
 
 import itlib
 
-BENCH = os.path.join(itlib.REPO, "build", "tools", "rds-bench")
+BENCH = os.path.join(itlib.BUILD_DIR, "tools", "rds-bench")
 
 
 class Bench(unittest.TestCase):

@@ -20,14 +20,23 @@ nobody). The RDS programs are seq_peer.py (CPython on socket.AF_RDS under LD_PRE
 3. Control: with RDS_PRELOAD_LINK_UIDS=65534 in root's receiver, the other uid's 200 messages
    all arrive, in order -- so what test 2 sees is the uid policy, not a broken set-up.
 
+What uid 65534 runs does not depend on where the checkout lives: its scripts and the preload
+library are copies in a temporary directory every user can enter (itlib.other_users_dir), which
+also holds the run directories and, in a sanitizer build, where its sanitizer reports go (moved
+to the build's report path at the end). The checkout and the build directory may be under a
+directory only root can enter (a 0700 home or `mktemp -d` folder); test_private_checkout.py runs
+this driver so.
+
 Every process is bounded in time and removed at the end. Expected run time: ~10-20 s.
 """
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -36,6 +45,8 @@ import itlib
 OTHER_UID = 65534
 PORT = 7000
 QUIET_S = 3  # how long R must receive nothing from the other uid
+AS_OTHER = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups"]
+SANITIZER_OPTIONS = ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS")
 
 
 def other_uid_python():
@@ -43,30 +54,89 @@ def other_uid_python():
     for cand in (sys.executable, "/usr/bin/python3"):
         if not cand or not os.path.exists(cand):
             continue
-        r = subprocess.run(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}",
-                            "--clear-groups", "env", cand, "-c", "import socket; socket.AF_RDS"],
-                           capture_output=True, timeout=20)
+        r = subprocess.run(AS_OTHER + ["env", cand, "-c", "import socket; socket.AF_RDS"],
+                           capture_output=True, timeout=20, cwd="/")
         if r.returncode == 0:
             return cand
     return None
 
 
+def check_requirements():
+    """The python3 for uid OTHER_UID; SkipTest when these tests cannot run here (also used by
+    test_private_checkout.py)."""
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("needs root (to run a second process as another uid)")
+    if not shutil.which("setpriv"):
+        raise unittest.SkipTest("needs setpriv (util-linux)")
+    py = other_uid_python()
+    if not py:
+        raise unittest.SkipTest(f"no python3 with AF_RDS that uid {OTHER_UID} can run")
+    return py
+
+
 class OtherUid(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.py = check_requirements()
+        # Root's processes run the checkout's files; uid OTHER_UID's run copies that it can read
+        # wherever the checkout is (see the module docstring).
+        cls.helper = itlib.script("seq_peer.py")
+        cls.shared = itlib.other_users_dir("other-uid")
+        cls.lib_other, cls.helper_other, cls.probe_other = itlib.share_with_other_users(
+            cls.shared, itlib.path_of("RDS_IT_PRELOAD_LIB"), cls.helper,
+            itlib.script("other_uid_probe.py"))
+        cls.sanitizer_env_other = cls.redirect_sanitizer_reports()
+        cls.check_other_uid_can_open()
+
+    @classmethod
+    def redirect_sanitizer_reports(cls):
+        """Sanitizer builds: the other uid cannot write the build's report files (log_path, see
+        tests/meson.build), so its reports go to a directory of the shared one and are moved to
+        the build's report path once every process has ended, for the 'sanitizer-reports' test.
+        Returns the *_OPTIONS for its processes ({} in a normal build)."""
+        env = {}
+        moves = {}
+        for var in SANITIZER_OPTIONS:
+            value = itlib.sanitizer_env(["python3"]).get(var, os.environ.get(var))
+            m = re.search(r"(?:^|:)log_path=([^:]+)", value or "")
+            if not m:
+                continue
+            reports = os.path.join(cls.shared, "sanitizer-reports")
+            if not os.path.isdir(reports):
+                os.mkdir(reports)
+                os.chmod(reports, 0o1777)
+            prefix = m.group(1)
+            moves[os.path.join(reports, os.path.basename(prefix))] = prefix
+            env[var] = value.replace(f"log_path={prefix}",
+                                     f"log_path={os.path.join(reports, os.path.basename(prefix))}")
+
+        def move_sanitizer_reports():
+            for tmp_prefix, prefix in moves.items():
+                for path in glob.glob(glob.escape(tmp_prefix) + ".*"):
+                    dst = prefix + path[len(tmp_prefix):]
+                    shutil.move(path, dst)
+                    itlib.log(f"sanitizer report of uid {OTHER_UID}: {dst}")
+
+        if moves:
+            itlib.CLEANUP.hooks.append(move_sanitizer_reports)
+        return env
+
+    @classmethod
+    def check_other_uid_can_open(cls):
+        """Fails at once, and plainly, when uid OTHER_UID cannot open what it is given."""
+        files = [cls.helper_other, cls.probe_other]
+        r = subprocess.run(
+            AS_OTHER + ["env", f"LD_PRELOAD={itlib.preload_value(cls.lib_other)}",
+                        *[f"{k}={v}" for k, v in cls.sanitizer_env_other.items()], cls.py, "-c",
+                        "import sys\nfor p in sys.argv[1:]: open(p).close()", *files],
+            capture_output=True, text=True, timeout=20, cwd=cls.shared,
+            env=itlib.plain_env(RDS_PRELOAD_RUNDIR=cls.shared))
+        if r.returncode != 0 or "cannot be preloaded" in r.stderr:
+            raise AssertionError(f"uid {OTHER_UID} cannot open {files} or preload "
+                                 f"{cls.lib_other} (exit {r.returncode}):\n{r.stderr}")
+
     def setUp(self):
-        if os.geteuid() != 0:
-            self.skipTest("needs root (to run a second process as another uid)")
-        if not shutil.which("setpriv"):
-            self.skipTest("needs setpriv (util-linux)")
-        self.py = other_uid_python()
-        if not self.py:
-            self.skipTest(f"no python3 with AF_RDS that uid {OTHER_UID} can run")
-        self.helper = itlib.script("seq_peer.py")
-        self.probe = itlib.script("other_uid_probe.py")
-        for p in (self.helper, self.probe, itlib.path_of("RDS_IT_PRELOAD_LIB")):
-            st = os.stat(p)
-            if not st.st_mode & 0o004:
-                self.skipTest(f"{p} is not readable by other users")
-        self.rundir = itlib.make_tmpdir("other-uid")
+        self.rundir = tempfile.mkdtemp(prefix="run-", dir=self.shared)  # removed with it
         os.chmod(self.rundir, 0o1777)
         self.logdir = itlib.make_tmpdir("other-uid-logs")  # root only
 
@@ -77,13 +147,13 @@ class OtherUid(unittest.TestCase):
                           self.rundir, extra_env=extra_env)
 
     def as_other(self, name, argv, preload=True):
-        prefix = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                  "env"]
+        """argv (paths in it from self.shared) as uid OTHER_UID, in self.shared."""
+        prefix = AS_OTHER + ["env"]
         if preload:
-            prefix.append(f"LD_PRELOAD={itlib.preload_value()}")
-            prefix += [f"{k}={v}" for k, v in itlib.sanitizer_env(["python3"]).items()]
-        p = itlib.Proc(name, prefix + [str(a) for a in argv], self.rundir, preload=False)
-        return p
+            prefix.append(f"LD_PRELOAD={itlib.preload_value(self.lib_other)}")
+        prefix += [f"{k}={v}" for k, v in self.sanitizer_env_other.items()]
+        return itlib.Proc(name, prefix + [str(a) for a in argv], self.rundir, preload=False,
+                          cwd=self.shared)
 
     def check_uid(self, proc, uid):
         """The pid is the program itself (setpriv and env exec, they do not fork)."""
@@ -128,12 +198,12 @@ class OtherUid(unittest.TestCase):
     def test_bind_of_a_port_held_by_another_user(self):
         root = self.as_root("root-recv", ["recv", "--bind", f"127.0.0.1:{PORT}"])
         root.expect("bound", 20)
-        other = self.as_other("other-bind-held", [self.py, self.helper, "recv", "--bind",
+        other = self.as_other("other-bind-held", [self.py, self.helper_other, "recv", "--bind",
                                                   f"127.0.0.1:{PORT}"])
         line = other.expect(("bound", "bind-error"), 20)
         self.assertEqual(line, "bind-error EADDRINUSE",
                          f"uid {OTHER_UID} binding the port root holds\n{other.diag()}")
-        free = self.as_other("other-bind-free", [self.py, self.helper, "recv", "--bind",
+        free = self.as_other("other-bind-free", [self.py, self.helper_other, "recv", "--bind",
                                                  f"127.0.0.1:{PORT + 1}"])
         line = free.expect(("bound", "bind-error"), 20)
         self.assertTrue(line.startswith("bound"),
@@ -157,7 +227,8 @@ class OtherUid(unittest.TestCase):
         self.assertTrue(os.path.exists(sock_path), f"no engine socket {sock_path}")
 
         # a. A plain AF_UNIX connection to root's engine.
-        probe = self.as_other("other-unix-probe", [self.py, self.probe, sock_path], preload=False)
+        probe = self.as_other("other-unix-probe", [self.py, self.probe_other, sock_path],
+                              preload=False)
         probe.close_stdin()
         self.assertEqual(probe.wait(20), 0, probe.diag())
         outcome = probe.lines[-1] if probe.lines else ""
@@ -168,7 +239,7 @@ class OtherUid(unittest.TestCase):
                         f"{outcome}\n{probe.diag()}")
 
         # b. RDS messages from the other uid through the shim, and from root.
-        other = self.as_other("other-sender", [self.py, self.helper, "send", "--bind",
+        other = self.as_other("other-sender", [self.py, self.helper_other, "send", "--bind",
                                                f"127.0.0.1:{PORT + 1}", "--dest",
                                                f"127.0.0.1:{PORT}", "--tag", "U", "--count", 200])
         other.expect("bound", 20)
@@ -211,7 +282,7 @@ class OtherUid(unittest.TestCase):
         r = self.as_root("root-recv", ["recv", "--bind", f"127.0.0.1:{PORT}"],
                          extra_env={"RDS_PRELOAD_LINK_UIDS": str(OTHER_UID)})
         r.expect("bound", 20)
-        other = self.as_other("other-sender", [self.py, self.helper, "send", "--bind",
+        other = self.as_other("other-sender", [self.py, self.helper_other, "send", "--bind",
                                                f"127.0.0.1:{PORT + 1}", "--dest",
                                                f"127.0.0.1:{PORT}", "--tag", "U", "--count", 200])
         other.expect("bound", 20)

@@ -42,7 +42,7 @@ import unittest
 import itlib
 
 itlib._DEFAULTS.setdefault("RDS_TOOLS_REPLAY", os.path.join(
-    itlib.REPO, "build", "tests", "integration", "rds_tools_replay"))
+    itlib.BUILD_DIR, "tests", "integration", "rds_tools_replay"))
 
 STEP_TIMEOUT = 20
 ORDER = ["TCP Connections:", "Counters:", "RDS Sockets:", "RDS Connections:",

@@ -13,12 +13,12 @@ their receiver has everything. Fault injection reaches every worker through the 
 3. links cut in the middle of a message (RDS_PRELOAD_FAULT_CUT_PERMILLE), one host: 2 pairs x
    10,000 messages, 10 per mille of the link writes cut;
 4. the same across the namespace hosts: 1 pair, 10,000 messages, 4 per mille;
-5. large messages through the shared-memory arena (DESIGN.md §9.6), one host: 2 pairs x 1,500
+5. large messages through the shared-memory arena (docs/perf/history.md §9.6), one host: 2 pairs x 1,500
    messages uniform in 0 B ... 1 MiB (about 3/4 of them 64 KiB or more: carried by reference),
    a link reset after every 100 messages a link receives — blocks lent when a link dies must
    never be reused while the receiver may still read them. The arena must really have carried
    payloads (shim_shm_payloads_received > 0);
-6. large messages across the namespace hosts (DESIGN.md §9.8): 1 pair x 1,000 messages uniform
+6. large messages across the namespace hosts (docs/perf/history.md §9.8): 1 pair x 1,000 messages uniform
    in 0 B ... 1 MiB, a link reset after every 100 messages — payload pages spliced into TCP
    sockets that then die must never be written under a reader (a message freed unacknowledged
    abandons its pages). The receiver blocks in recvmsg (--blocking-receive), so payloads are
@@ -45,7 +45,7 @@ STALL = 20  # rds-soak fails a run that makes no progress for this long
 
 
 def soak_binary():
-    p = os.environ.get("RDS_SOAK") or os.path.join(itlib.REPO, "build", "tools", "rds-soak")
+    p = os.environ.get("RDS_SOAK") or os.path.join(itlib.BUILD_DIR, "tools", "rds-soak")
     if not os.path.isfile(p):
         raise AssertionError(f"RDS_SOAK={p} does not exist (build the project, or set RDS_SOAK)")
     return os.path.abspath(p)
