@@ -457,9 +457,9 @@ std::string EngineDumpJson() {
   j.Field("pid", getpid());
   j.Field("generation", absl::StrFormat("%08x", Engine::Get().gen()));
   char comm[64] = {};
-  if (FILE* f = fopen("/proc/self/comm", "re")) {
-    if (fgets(comm, sizeof(comm), f) == nullptr) comm[0] = 0;
-    fclose(f);
+  if (int fd = sys::Open("/proc/self/comm", O_RDONLY | O_CLOEXEC, 0); fd >= 0) {
+    if (sys::Read(fd, comm, sizeof(comm) - 1) < 0) comm[0] = 0;
+    sys::Close(fd);
   }
   j.Field("comm", absl::StripAsciiWhitespace(comm));
   j.Key("sockets");

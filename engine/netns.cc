@@ -32,7 +32,7 @@ absl::StatusOr<NetNsKey> KeyOf(int ns_fd) {
 
 absl::StatusOr<NetNsKey> CurrentKey() {
   struct stat st;
-  if (stat("/proc/thread-self/ns/net", &st) != 0) {
+  if (sys::Stat("/proc/thread-self/ns/net", &st) != 0) {
     return absl::InternalError(absl::StrFormat("stat /proc/thread-self/ns/net: %s", strerror(errno)));
   }
   return NetNsKey{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};

@@ -1,7 +1,6 @@
 // engine/registry.cc — port, socket and engine registry on the filesystem.
 #include "engine/registry.h"
 
-#include <dirent.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <fcntl.h>
@@ -106,17 +105,15 @@ void HostRegistry::ResetAfterFork() { sockets_fd_ = -1; }
 
 std::vector<std::pair<pid_t, std::string>> HostRegistry::OtherEngines() const {
   std::vector<std::pair<pid_t, std::string>> out;
-  DIR* d = opendir(rundir_.c_str());
-  if (d == nullptr) return out;
+  std::vector<std::string> names;
+  if (!sys::ListDir(rundir_.c_str(), &names)) return out;
   uint32_t self = static_cast<uint32_t>(getpid());
-  while (struct dirent* ent = readdir(d)) {
-    std::string name = ent->d_name;
+  for (const std::string& name : names) {
     if (!absl::StartsWith(name, "engine-") || !absl::EndsWith(name, ".sock")) continue;
     uint32_t pid;
     if (!absl::SimpleAtoi(name.substr(7, name.size() - 12), &pid) || pid == self) continue;
     out.emplace_back(static_cast<pid_t>(pid), absl::StrCat(rundir_, "/", name));
   }
-  closedir(d);
   return out;
 }
 
@@ -157,26 +154,20 @@ pid_t HostRegistry::SocketOwner(uint64_t id) {
 
 int HostRegistry::PruneUnusedNamespaceDirs() const {
   int pruned = 0;
-  DIR* d = opendir(rundir_.c_str());
-  if (d == nullptr) return 0;
-  std::vector<std::string> dirs;
-  while (struct dirent* ent = readdir(d)) {
-    if (absl::StartsWith(ent->d_name, "ns-")) dirs.push_back(absl::StrCat(rundir_, "/", ent->d_name));
-  }
-  closedir(d);
-  for (const std::string& dir : dirs) {
+  std::vector<std::string> names;
+  if (!sys::ListDir(rundir_.c_str(), &names)) return 0;
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, "ns-")) continue;
+    const std::string dir = absl::StrCat(rundir_, "/", name);
     int fd = sys::Open((dir + "/bindgen").c_str(), O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) continue;  // not a folder of ours, or being made right now
     if (sys::Flock(fd, LOCK_EX | LOCK_NB) == 0) {
       // Nobody uses it, and nobody can start to until the lock goes: its users
       // re-check that the file is still linked once they hold their lock.
-      bool gone = true;
-      if (DIR* nd = opendir(dir.c_str())) {
-        while (struct dirent* ent = readdir(nd)) {
-          if (std::strcmp(ent->d_name, ".") == 0 || std::strcmp(ent->d_name, "..") == 0) continue;
-          if (unlinkat(dirfd(nd), ent->d_name, 0) != 0) gone = false;  // another user's file
-        }
-        closedir(nd);
+      std::vector<std::string> files;
+      bool gone = sys::ListDir(dir.c_str(), &files);
+      for (const std::string& f : files) {
+        if (unlink(absl::StrCat(dir, "/", f).c_str()) != 0) gone = false;  // another user's file
       }
       if (gone && rmdir(dir.c_str()) == 0) ++pruned;
     }

@@ -157,7 +157,7 @@ absl::Status CancelSentTo(RdsSocket& rs, const void* optval, socklen_t optlen) {
 
 bool InInitialNetNs(const RdsSocket& rs) {
   struct stat st;
-  if (stat("/proc/1/ns/net", &st) != 0) return true;  // cannot tell: assume so
+  if (sys::Stat("/proc/1/ns/net", &st) != 0) return true;  // cannot tell: assume so
   NetNsKey init{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   return rs.ns->key() == init;
 }

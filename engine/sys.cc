@@ -147,6 +147,42 @@ int EpollPwait(int epfd, struct epoll_event* events, int max, int timeout_ms,
   return static_cast<int>(
       syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, size_t{8}));
 }
+int Stat(const char* path, struct stat* st) {
+  return static_cast<int>(syscall(SYS_newfstatat, AT_FDCWD, path, st, 0));
+}
+
+bool ListDir(const char* path, std::vector<std::string>* names) {
+  int fd = Open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct LinuxDirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+  };
+  alignas(8) char buf[8192];
+  bool ok = true;
+  for (;;) {
+    long n = syscall(SYS_getdents64, fd, buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<LinuxDirent64*>(buf + off);
+      if (std::strcmp(d->d_name, ".") != 0 && std::strcmp(d->d_name, "..") != 0) {
+        names->emplace_back(d->d_name);
+      }
+      off += d->d_reclen;
+    }
+  }
+  Close(fd);
+  return ok;
+}
+
 int Flock(int fd, int operation) {
   int r;
   do {

@@ -19,11 +19,14 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 
@@ -55,6 +58,11 @@ ssize_t Recv(int fd, void* buf, size_t n, int flags);
 int Fcntl(int fd, int cmd, long arg);
 int FcntlLock(int fd, int cmd, struct flock* lock);
 int Flock(int fd, int operation);
+// stat(2) of a path (newfstatat): libc's stat is interposed (preload/module_paths.cc).
+int Stat(const char* path, struct stat* st);
+// The names in a directory, "." and ".." left out (getdents64: libc's opendir
+// is interposed). False if it cannot be opened or read.
+bool ListDir(const char* path, std::vector<std::string>* names);
 int Ioctl(int fd, unsigned long request, void* arg);
 int Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
 // ppoll: `timeout` null waits forever; `mask` (null: unchanged) is the signal mask while waiting.

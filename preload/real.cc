@@ -5,7 +5,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <type_traits>
 
 namespace rds::real {
 namespace {
@@ -16,6 +18,16 @@ template <typename F>
 F* Next(const char* name, F* fallback = nullptr) {
   void* p = dlsym(RTLD_NEXT, name);
   return p ? reinterpret_cast<F*>(p) : fallback;
+}
+
+// What a call whose libc entry point is missing returns: -1, or a null pointer.
+template <typename R>
+R NoEntryPoint() {
+  if constexpr (std::is_pointer_v<R>) {
+    return nullptr;
+  } else {
+    return -1;
+  }
 }
 
 int RawCloseRange(unsigned int first, unsigned int last, int flags) {
@@ -145,6 +157,80 @@ int execveat(int dirfd, const char* p, char* const a[], char* const e[], int fla
   return fn(dirfd, p, a, e, flags);
 }
 key_t ftok(const char* path, int proj_id) { RDS_REAL(ftok, path, proj_id); }
+
+// By name, with explicit types: several are macros or absent in the headers.
+// A libc without the entry point (statx before 2.28) fails the call with ENOSYS.
+#define RDS_REAL_AS(type, name, ...)                       \
+  using Fn = type;                                          \
+  static auto* fn = Next<Fn>(name);                         \
+  if (fn == nullptr) {                                      \
+    errno = ENOSYS;                                         \
+    return NoEntryPoint<decltype(fn(__VA_ARGS__))>();       \
+  }                                                         \
+  return fn(__VA_ARGS__)
+int open(const char* p, int f, mode_t m) { RDS_REAL_AS(int(const char*, int, ...), "open", p, f, m); }
+int open64(const char* p, int f, mode_t m) {
+  RDS_REAL_AS(int(const char*, int, ...), "open64", p, f, m);
+}
+int openat(int d, const char* p, int f, mode_t m) {
+  RDS_REAL_AS(int(int, const char*, int, ...), "openat", d, p, f, m);
+}
+int openat64(int d, const char* p, int f, mode_t m) {
+  RDS_REAL_AS(int(int, const char*, int, ...), "openat64", d, p, f, m);
+}
+int open_2(const char* p, int f) { RDS_REAL_AS(int(const char*, int), "__open_2", p, f); }
+int open64_2(const char* p, int f) { RDS_REAL_AS(int(const char*, int), "__open64_2", p, f); }
+int openat_2(int d, const char* p, int f) {
+  RDS_REAL_AS(int(int, const char*, int), "__openat_2", d, p, f);
+}
+int openat64_2(int d, const char* p, int f) {
+  RDS_REAL_AS(int(int, const char*, int), "__openat64_2", d, p, f);
+}
+FILE* fopen(const char* p, const char* m) { RDS_REAL_AS(FILE*(const char*, const char*), "fopen", p, m); }
+FILE* fopen64(const char* p, const char* m) {
+  RDS_REAL_AS(FILE*(const char*, const char*), "fopen64", p, m);
+}
+int stat(const char* p, struct stat* s) { RDS_REAL_AS(int(const char*, struct stat*), "stat", p, s); }
+int stat64(const char* p, struct stat64* s) {
+  RDS_REAL_AS(int(const char*, struct stat64*), "stat64", p, s);
+}
+int lstat(const char* p, struct stat* s) { RDS_REAL_AS(int(const char*, struct stat*), "lstat", p, s); }
+int lstat64(const char* p, struct stat64* s) {
+  RDS_REAL_AS(int(const char*, struct stat64*), "lstat64", p, s);
+}
+int fstatat(int d, const char* p, struct stat* s, int f) {
+  RDS_REAL_AS(int(int, const char*, struct stat*, int), "fstatat", d, p, s, f);
+}
+int fstatat64(int d, const char* p, struct stat64* s, int f) {
+  RDS_REAL_AS(int(int, const char*, struct stat64*, int), "fstatat64", d, p, s, f);
+}
+int xstat(int v, const char* p, struct stat* s) {
+  RDS_REAL_AS(int(int, const char*, struct stat*), "__xstat", v, p, s);
+}
+int xstat64(int v, const char* p, struct stat64* s) {
+  RDS_REAL_AS(int(int, const char*, struct stat64*), "__xstat64", v, p, s);
+}
+int lxstat(int v, const char* p, struct stat* s) {
+  RDS_REAL_AS(int(int, const char*, struct stat*), "__lxstat", v, p, s);
+}
+int lxstat64(int v, const char* p, struct stat64* s) {
+  RDS_REAL_AS(int(int, const char*, struct stat64*), "__lxstat64", v, p, s);
+}
+int fxstatat(int v, int d, const char* p, struct stat* s, int f) {
+  RDS_REAL_AS(int(int, int, const char*, struct stat*, int), "__fxstatat", v, d, p, s, f);
+}
+int fxstatat64(int v, int d, const char* p, struct stat64* s, int f) {
+  RDS_REAL_AS(int(int, int, const char*, struct stat64*, int), "__fxstatat64", v, d, p, s, f);
+}
+int statx(int d, const char* p, int f, unsigned int m, struct statx* s) {
+  RDS_REAL_AS(int(int, const char*, int, unsigned int, struct statx*), "statx", d, p, f, m, s);
+}
+int access(const char* p, int h) { RDS_REAL_AS(int(const char*, int), "access", p, h); }
+int faccessat(int d, const char* p, int h, int f) {
+  RDS_REAL_AS(int(int, const char*, int, int), "faccessat", d, p, h, f);
+}
+DIR* opendir(const char* p) { RDS_REAL_AS(DIR*(const char*), "opendir", p); }
+#undef RDS_REAL_AS
 void _exit(int status) {
   using Fn = void(int);
   static auto* fn = Next<Fn>("_exit", &RawExit);

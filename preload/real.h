@@ -12,7 +12,10 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <sys/ipc.h>
+#include <sys/stat.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -73,6 +76,34 @@ int fexecve(int fd, char* const argv[], char* const envp[]);
 int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags);
 [[noreturn]] void _exit(int status);
 key_t ftok(const char* path, int proj_id);
+// Path calls (preload/module_paths.cc). `mode` is passed whether or not the
+// flags need one, as the variadic libc calls read it only then.
+int open(const char* path, int flags, mode_t mode);
+int open64(const char* path, int flags, mode_t mode);
+int openat(int dirfd, const char* path, int flags, mode_t mode);
+int openat64(int dirfd, const char* path, int flags, mode_t mode);
+int open_2(const char* path, int flags);
+int open64_2(const char* path, int flags);
+int openat_2(int dirfd, const char* path, int flags);
+int openat64_2(int dirfd, const char* path, int flags);
+FILE* fopen(const char* path, const char* mode);
+FILE* fopen64(const char* path, const char* mode);
+int stat(const char* path, struct stat* st);
+int stat64(const char* path, struct stat64* st);
+int lstat(const char* path, struct stat* st);
+int lstat64(const char* path, struct stat64* st);
+int fstatat(int dirfd, const char* path, struct stat* st, int flags);
+int fstatat64(int dirfd, const char* path, struct stat64* st, int flags);
+int xstat(int ver, const char* path, struct stat* st);
+int xstat64(int ver, const char* path, struct stat64* st);
+int lxstat(int ver, const char* path, struct stat* st);
+int lxstat64(int ver, const char* path, struct stat64* st);
+int fxstatat(int ver, int dirfd, const char* path, struct stat* st, int flags);
+int fxstatat64(int ver, int dirfd, const char* path, struct stat64* st, int flags);
+int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* st);
+int access(const char* path, int how);
+int faccessat(int dirfd, const char* path, int how, int flags);
+DIR* opendir(const char* path);
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 sighandler_t signal(int sig, sighandler_t handler);
 sighandler_t sysv_signal(int sig, sighandler_t handler);

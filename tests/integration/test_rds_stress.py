@@ -37,6 +37,7 @@ stop; the reset test ~2 s).
 
 import os
 import random
+import subprocess
 import re
 import sys
 import time
@@ -45,7 +46,7 @@ import unittest
 import itlib
 
 itlib._DEFAULTS.setdefault("RDS_TOOLS_REPLAY", os.path.join(
-    itlib.REPO, "build", "tests", "integration", "rds_tools_replay"))
+    itlib.BUILD_DIR, "tests", "integration", "rds_tools_replay"))
 
 STEP_TIMEOUT = 20
 STATS = re.compile(r"^ +(\d+) +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +(-?[\d.]+)$")
@@ -210,6 +211,23 @@ class RdsStress(unittest.TestCase):
         for p in pairs:
             rc_a, rc_p = p.finish(run_time + 25)
             self.check_pair(p, rc_a, rc_p, run_time, reset_at_line=reset_at[p.name])
+
+    def test_sync_always_bursty_keys_one_semaphore_per_host(self):
+        """rds-stress 2.3.11 keys its burst-mode semaphore with ftok("/sys/module/rds", 'S') and
+        exits when that fails (no module): under the shim every process of the host gets the
+        same key (issue 22)."""
+        rundir = itlib.make_tmpdir("stress-ftok")
+        keys = []
+        for i in range(2):
+            p = itlib.Proc(f"ftok{i}", [replay(), "--sync-key-only"], rundir)
+            p.close_stdin()
+            rc = p.wait(STEP_TIMEOUT)
+            self.assertEqual(rc, 0, f"the replay exited {rc}\n{p.diag()}")
+            keys += [l.split()[1] for l in p.lines if l.startswith("sync-key ")]
+        self.assertEqual(len(keys), 2, keys)
+        self.assertEqual(keys[0], keys[1], "two processes of one host got different keys")
+        # The semaphore is the test's: remove it (ipcrm, best effort).
+        subprocess.run(["ipcrm", "-S", keys[0]], capture_output=True, timeout=10)
 
     def test_one_host_four_pairs_and_reset(self):
         rundir = itlib.make_tmpdir("stress-local")
