@@ -42,7 +42,16 @@ def main():
     build = os.path.dirname(os.path.dirname(os.environ.get(
         "RDS_IT_PRELOAD_LIB", os.path.join(REPO, "build", "preload", "librds_preload.so"))))
     script = os.path.join(HERE, "lifetime_vs_kernel.sh")
-    cmd = [run_sh, "-c", "2", "-t", "500", "--", f"{script} {build} {SENDERS}"]
+    # The guest sees the host's files except /tmp, /run and /dev/shm (its own tmpfs): the
+    # checkout and the build are shared explicitly, wherever they are.
+    shares = []
+    for d in sorted({REPO, os.path.realpath(build)}):
+        if not any(d.startswith(s + os.sep) for s in shares):
+            shares.append(d)
+    cmd = [run_sh, "-c", "2", "-t", "500"]
+    for d in shares:
+        cmd += ["-w", d]
+    cmd += ["--", f"{script} {build} {SENDERS}"]
     print("+ " + " ".join(cmd), flush=True)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=560)
