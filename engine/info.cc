@@ -305,11 +305,7 @@ std::optional<InfoItems> QueryEngine(const std::string& path, int option, NetNsK
     h.ns = ns;
     h.info_option = static_cast<uint32_t>(option);
     MessagePtr m = control::EncodeHello(h);
-    std::vector<uint8_t> out(wire::kHeaderSize + m->payload.size());
-    wire::Encode(m->header, out.data());
-    if (m->payload.size()) {
-      std::memcpy(out.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
-    }
+    std::vector<uint8_t> out = wire::EncodeRecord(m->header, m->payload.data(), m->payload.size());
     if (sys::WriteAll(fd, out.data(), out.size())) {
       Reassembler reader;
       control::InfoAnswerReader answer;

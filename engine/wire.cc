@@ -47,6 +47,13 @@ void PutBe64(uint8_t* p, uint64_t v) { Store(p, htobe64(v)); }
 
 }  // namespace
 
+std::vector<uint8_t> EncodeRecord(const Header& h, const uint8_t* payload, size_t len) {
+  std::vector<uint8_t> out(kHeaderSize + len);
+  Encode(h, out.data());
+  if (len > 0) std::memcpy(out.data() + kHeaderSize, payload, len);
+  return out;
+}
+
 void Encode(const Header& h, uint8_t out[kHeaderSize]) {
   PutBe64(out + 0, h.sequence);
   PutBe64(out + 8, h.ack);

@@ -12,6 +12,7 @@
 #define RDS_ENGINE_WIRE_H_
 
 #include <array>
+#include <vector>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -68,6 +69,9 @@ struct Header {
 
 void Encode(const Header& h, uint8_t out[kHeaderSize]);
 Header Decode(const uint8_t in[kHeaderSize]);
+// One record as a stream carries it: the encoded header, then `len` payload
+// bytes (for one-off writes: a request, a hand-off; links write in place).
+std::vector<uint8_t> EncodeRecord(const Header& h, const uint8_t* payload, size_t len);
 
 // The largest h_len a receiver accepts: a data message is at most 1 MiB; a
 // congestion map is exactly 8 KiB (< 1 MiB). Anything larger is a protocol

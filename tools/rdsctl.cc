@@ -201,12 +201,7 @@ std::vector<uint8_t> InfoRequest() {
   h.uid = getuid();
   h.info_option = 0;  // the whole engine state as JSON
   rds::MessagePtr m = rds::control::EncodeHello(h);
-  std::vector<uint8_t> bytes(rds::wire::kHeaderSize + m->payload.size());
-  rds::wire::Encode(m->header, bytes.data());
-  if (m->payload.size()) {
-    std::memcpy(bytes.data() + rds::wire::kHeaderSize, m->payload.data(), m->payload.size());
-  }
-  return bytes;
+  return rds::wire::EncodeRecord(m->header, m->payload.data(), m->payload.size());
 }
 
 // Starts the exchange with one engine: non-blocking connect and request.

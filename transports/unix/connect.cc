@@ -61,9 +61,7 @@ absl::Status HandOff(const std::string& path, const MessagePtr& m, int fd_to_pas
     sys::Close(fd);
     return absl::NotFoundError(absl::StrFormat("no engine at %s", path));
   }
-  std::vector<uint8_t> bytes(wire::kHeaderSize + m->payload.size());
-  wire::Encode(m->header, bytes.data());
-  if (m->payload.size()) std::memcpy(bytes.data() + wire::kHeaderSize, m->payload.data(), m->payload.size());
+  std::vector<uint8_t> bytes = wire::EncodeRecord(m->header, m->payload.data(), m->payload.size());
   struct iovec iov = {bytes.data(), bytes.size()};
   ssize_t sent = sys::SendmsgPassingFd(fd, &iov, 1, fd_to_pass, MSG_NOSIGNAL);
   size_t done = sent > 0 ? static_cast<size_t>(sent) : 0;
