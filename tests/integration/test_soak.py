@@ -123,9 +123,11 @@ class Soak(unittest.TestCase):
         self.run_soak("cut-one-host", ["--local-pairs", 2, "--fault-cut-permille", 25], n, 2)
 
     def test_4_cut_mid_message_two_hosts(self):
+        # As in test 3, a draw per write of many messages: 4 per mille left a run without a
+        # single cut now and then (seen once in 8 runs of this session's suite).
         hosts = self.two_hosts()
         n = int(10000 * SCALE)
-        self.run_soak("cut-two-hosts", ["--netns-pairs", 1, "--fault-cut-permille", 4] + hosts,
+        self.run_soak("cut-two-hosts", ["--netns-pairs", 1, "--fault-cut-permille", 15] + hosts,
                       n, 1)
 
     def test_5_large_shared_payloads_one_host_resets(self):
