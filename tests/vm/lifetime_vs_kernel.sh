@@ -40,7 +40,9 @@ run() {
 send_then() {
   local side=$1 how=$2 place=$3 rns=$4 raddr=$5 sns=$6 saddr=$7 port=$8
   local out=/tmp/count.$side.$how.$port
-  run "$side" "$rns" "$PROBE" count "$raddr" "$port" $((N + 1)) 3000 > "$out" &
+  # Patient: a CPython start takes seconds in a loaded emulated guest (a 3 s wait for the
+  # next message once ended the count early); a count that completes does not wait.
+  run "$side" "$rns" "$PROBE" count "$raddr" "$port" $((N + 1)) 20000 > "$out" &
   local counter=$!
   for _ in $(seq 50); do grep -q ready "$out" 2>/dev/null && break; sleep 0.1; done
   run "$side" "$sns" "$PROBE" send-then wait "$saddr" "$raddr" "$port"
