@@ -14,6 +14,7 @@
 #include "engine/errors.h"
 #include "engine/sys.h"
 #include "engine/log.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
 #include "engine/wire.h"
@@ -61,6 +62,10 @@ absl::Status TakePort(RdsSocket& rs, const RdsAddr& addr, uint16_t port)
 }  // namespace
 
 absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::Status s = share::Bind(rs, uaddr, len);
+    if (!share::Adopted(s)) return s;
+  }
   RdsEndpoint want;
   sockaddr_storage ss;
   if (absl::Status s = usercopy::SockaddrFromUser(uaddr, len, &ss); !s.ok()) return s;
@@ -159,6 +164,47 @@ void Unbind(RdsSocket& rs) {
   rs.ns->ports().BumpPortGeneration(bound->addr, bound->port);
   rs.ns->ports().Unlock(bound->addr, bound->port);
   rs.ns->ports().BumpBindGeneration();
+}
+
+void UnbindParked(RdsSocket& rs) {
+  std::optional<RdsEndpoint> bound;
+  {
+    rds::MutexLock lock(&rs.mu);
+    bound = rs.bound;
+  }
+  if (!bound) return;
+  rds::MutexLock table_lock(&table().mu);
+  table().sockets.erase(BindKey{rs.ns->key(), *bound});
+  g_epoch.fetch_add(1, std::memory_order_release);
+  rs.ns->ports().BumpBindGeneration();
+}
+
+absl::Status BindTakenOver(RdsSocket& rs, int parked_port_fd) {
+  std::optional<RdsEndpoint> bound;
+  {
+    rds::MutexLock lock(&rs.mu);
+    bound = rs.bound;
+  }
+  if (!bound) {
+    if (parked_port_fd >= 0) sys::CloseInternal(parked_port_fd);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = Engine::Get().Serve(rs.ns); !s.ok()) {
+    log::Warn("cannot serve network namespace: %s", s.ToString());
+  }
+  rds::MutexLock table_lock(&table().mu);
+  if (parked_port_fd >= 0) {
+    if (absl::Status s = rs.ns->ports().TakeParkedPort(bound->addr, bound->port, parked_port_fd);
+        !s.ok()) {
+      return s;
+    }
+  } else if (absl::Status s = rs.ns->ports().Lock(bound->addr, bound->port); !s.ok()) {
+    return s;
+  }
+  table().sockets[BindKey{rs.ns->key(), *bound}] = rs.weak_from_this();
+  g_epoch.fetch_add(1, std::memory_order_release);
+  rs.ns->ports().BumpBindGeneration();
+  return absl::OkStatus();
 }
 
 std::shared_ptr<RdsSocket> FindBound(NetNsKey ns, const RdsEndpoint& local) {

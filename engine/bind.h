@@ -26,6 +26,15 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len);
 // Removes the socket's binding, if any (close, §A.10).
 void Unbind(RdsSocket& rs);
 
+// Socket sharing (engine/share.h). A parked socket leaves this process's
+// table without giving up its port (its lock went with it, and the port's
+// generation stays: it is the same binding).
+void UnbindParked(RdsSocket& rs);
+// A socket taken over with its binding (`rs.bound` set): enters the table
+// and takes the port back from the parked lock `parked_port_fd` (closed), or
+// afresh if -1. The port's generation stays.
+absl::Status BindTakenOver(RdsSocket& rs, int parked_port_fd);
+
 // The bound socket of this process at (ns, addr, port), or null.
 std::shared_ptr<RdsSocket> FindBound(NetNsKey ns, const RdsEndpoint& local);
 

@@ -5,74 +5,16 @@
 
 #include <cstring>
 
+#include "engine/bytes.h"
+
 namespace rds::control {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'D', 'S', 'P', 'R', 'E', 'L', 'D'};
 constexpr uint16_t kVersion = 1;
 
-// A tiny big-endian writer/reader for the fixed layouts below.
-class Writer {
- public:
-  void U8(uint8_t v) { buf_.push_back(v); }
-  void U16(uint16_t v) { Raw(htobe16(v)); }
-  void U32(uint32_t v) { Raw(htobe32(v)); }
-  void U64(uint64_t v) { Raw(htobe64(v)); }
-  void Bytes(const void* p, size_t n) {
-    auto* b = static_cast<const uint8_t*>(p);
-    buf_.insert(buf_.end(), b, b + n);
-  }
-  void Addr(const RdsAddr& a) {
-    Bytes(a.bytes.data(), 16);
-    U32(a.scope_id);
-  }
-  const std::vector<uint8_t>& bytes() const { return buf_; }
-
- private:
-  template <typename T>
-  void Raw(T v) {
-    Bytes(&v, sizeof(v));
-  }
-  std::vector<uint8_t> buf_;
-};
-
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-  bool ok() const { return ok_; }
-  size_t remaining() const { return n_ - off_; }
-  uint8_t U8() { return Take<uint8_t>(); }
-  uint16_t U16() { return be16toh(Take<uint16_t>()); }
-  uint32_t U32() { return be32toh(Take<uint32_t>()); }
-  uint64_t U64() { return be64toh(Take<uint64_t>()); }
-  void Bytes(void* out, size_t n) {
-    if (off_ + n > n_) {
-      ok_ = false;
-      std::memset(out, 0, n);
-      return;
-    }
-    if (n) std::memcpy(out, p_ + off_, n);
-    off_ += n;
-  }
-  RdsAddr Addr() {
-    RdsAddr a;
-    Bytes(a.bytes.data(), 16);
-    a.scope_id = U32();
-    return a;
-  }
-
- private:
-  template <typename T>
-  T Take() {
-    T v;
-    Bytes(&v, sizeof(v));
-    return v;
-  }
-  const uint8_t* p_;
-  size_t n_;
-  size_t off_ = 0;
-  bool ok_ = true;
-};
+using bytes::Reader;
+using bytes::Writer;
 
 MessagePtr Finish(wire::Header header, const std::vector<uint8_t>& body) {
   auto m = NewMessage();
@@ -115,6 +57,7 @@ MessagePtr EncodeHello(const Hello& h) {
   w.U32(h.answer_pid);
   w.U64(h.ack);
   w.U32(h.info_option);
+  w.U64(h.socket_id);
   return Finish(header, w.bytes());
 }
 
@@ -131,7 +74,7 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   Hello h;
   uint16_t kind = r.U16();
   uint16_t result = r.U16();
-  if (kind < 1 || kind > 6 || result > 4) return absl::InvalidArgumentError("bad hello kind");
+  if (kind < 1 || kind > 7 || result > 4) return absl::InvalidArgumentError("bad hello kind");
   h.kind = static_cast<HelloKind>(kind);
   h.result = static_cast<HelloResult>(result);
   h.pid = r.U32();
@@ -153,6 +96,10 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   }
   if (r.remaining() > 0) {
     h.info_option = r.U32();
+    if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
+  }
+  if (r.remaining() > 0) {
+    h.socket_id = r.U64();
     if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
   }
   return h;

@@ -32,6 +32,8 @@ enum class HelloKind : uint16_t {
   kHandoff = 4,  // same-host: "take this accepted TCP connection" (+ SCM_RIGHTS)
   kInfo = 5,     // same-host: "send me your RDS_INFO items for `info_option` in `ns`"
   kReset = 6,    // same-host: "drop your links from `from_addr` to `to_addr` in `ns`"
+  kShareClient = 7,  // same-host: "serve my calls on your socket `socket_id`" (+ SCM_RIGHTS:
+                     // the connection to serve them on; engine/share.h)
 };
 
 enum class HelloResult : uint16_t {
@@ -61,6 +63,8 @@ struct Hello {
   uint64_t ack = 0;
   // kInfo: the RDS_INFO option asked for. Optional on the wire.
   uint32_t info_option = 0;
+  // kShareClient: the socket whose calls are forwarded. Optional on the wire.
+  uint64_t socket_id = 0;
 };
 
 // A hello as a message ready for a link (header + payload).

@@ -28,6 +28,7 @@
 #include "engine/recv.h"
 #include "engine/registry.h"
 #include "engine/send.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
@@ -1290,6 +1291,20 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
       control::Hello as_link = *hello;
       as_link.kind = control::HelloKind::kLink;
       AcceptLink(tcp_link, ns, as_link);
+      return;
+    }
+    case control::HelloKind::kShareClient: {
+      // Same-host only: another process holds a descriptor of one of our
+      // sockets; its calls come on the stream it passed (engine/share.h).
+      int fd = link->TakeReceivedFd();
+      incoming_.erase(link);
+      link->Close();
+      if (fd < 0) return;
+      if (tcp_ns) {
+        sys::CloseInternal(fd);
+        return;
+      }
+      share::ServeClient(hello->socket_id, fd);
       return;
     }
     case control::HelloKind::kReset: {

@@ -10,6 +10,7 @@
 #include "engine/netns.h"
 #include "engine/readiness.h"
 #include "engine/registry.h"
+#include "engine/share.h"
 #include "engine/shm_arena.h"
 #include "engine/small_pool.h"
 #include "engine/socket.h"
@@ -52,6 +53,7 @@ void ResetEngineAfterFork() {
   ShmArena::ResetAfterFork();
   PeerArena::ResetAfterFork();
   ResetSocketListAfterFork();
+  share::ResetAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();
   Waiter::ResetFreeListAfterFork();
@@ -73,6 +75,7 @@ void ResetEngineAfterLostFds(int overwritten) {
   ShmArena::ResetAfterFork();
   PeerArena::ResetAfterFork();
   ResetSocketListAfterFork();
+  share::ResetAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();
   Waiter::ReplaceAllAfterLostFds();

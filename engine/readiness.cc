@@ -120,6 +120,33 @@ bool PostReadinessToken(int sender_fd, uint64_t id) {
   return sys::Sendto(sender_fd, &token, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&sun), len) == 1;
 }
 
+bool SendToBackingFd(int sender_fd, uint64_t id, const void* data, size_t n, const int* fds,
+                     int nfds) {
+  sockaddr_un sun;
+  socklen_t len = NameOf(id, &sun);
+  iovec iov = {const_cast<void*>(data), n};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr msg = {};
+  msg.msg_name = &sun;
+  msg.msg_namelen = len;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (nfds > 0) {
+    if (nfds > 4) {
+      errno = EINVAL;
+      return false;
+    }
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  return sys::Sendmsg(sender_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(n);
+}
+
 int DrainReadinessTokens(int fd) {
   int n = 0;
   char buf[16];

@@ -15,6 +15,7 @@
 #include "engine/direct_receive.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/usercopy.h"
@@ -155,6 +156,10 @@ bool DeliverDirect(RdsSocket& rs, MessagePtr& m, DirectReceive& offer) {
 }
 
 absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::StatusOr<size_t> r = share::RecvMsg(rs, fd, msg, flags);
+    if (!share::Adopted(r.status())) return r;
+  }
   const int user_namelen = static_cast<int>(msg.msg_namelen);
   msg.msg_flags = flags & MSG_CMSG_CLOEXEC;
   msg.msg_namelen = 0;

@@ -44,6 +44,8 @@ pid_t LockHolder(int fd, off_t offset) {
   fl.l_len = 1;
   if (sys::FcntlLock(fd, F_GETLK, &fl) != 0) return -1;
   if (fl.l_type == F_UNLCK) return 0;
+  // An open-file lock: a parked socket's port (PortRegistry::ParkPort).
+  if (fl.l_pid == -1) return -3;
   // A holder in another pid namespace is reported as 0; it still holds it.
   return fl.l_pid > 0 ? fl.l_pid : -2;
 }
@@ -289,8 +291,51 @@ absl::StatusOr<pid_t> PortRegistry::Owner(const RdsAddr& addr, uint16_t port) {
   if (!fd.ok()) return fd.status();
   pid_t p = LockHolder(*fd, port);
   if (p == -1) return absl::InternalError(absl::StrFormat("F_GETLK: %s", strerror(errno)));
+  if (p == -3) return 0;  // parked: nobody receives until a holder takes the socket over
   if (p == -2) return absl::UnavailableError("port held by a process in another pid namespace");
   return p;
+}
+
+absl::StatusOr<int> PortRegistry::ParkPort(const RdsAddr& addr, uint16_t port) {
+  absl::StatusOr<int> fd = PortsFd(addr);
+  if (!fd.ok()) return fd.status();
+  // Shared locks do not conflict with each other and a bind's exclusive one
+  // conflicts with both: the port stays taken at every step.
+  if (SetLock(*fd, F_RDLCK, port) != 0) {
+    return absl::InternalError(absl::StrFormat("port lock: %s", strerror(errno)));
+  }
+  int ofd = sys::Open(absl::StrCat(dir_, "/", AddrFileName(addr)).c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (ofd < 0) {
+    SetLock(*fd, F_WRLCK, port);
+    return absl::InternalError(absl::StrFormat("cannot open port file: %s", strerror(errno)));
+  }
+  ofd = sys::MakeInternal(ofd);
+  struct flock fl = {};
+  fl.l_type = F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = port;
+  fl.l_len = 1;
+  if (sys::FcntlLock(ofd, F_OFD_SETLK, &fl) != 0) {
+    const int err = errno;
+    sys::CloseInternal(ofd);
+    SetLock(*fd, F_WRLCK, port);
+    return absl::InternalError(absl::StrFormat("open-file port lock: %s", strerror(err)));
+  }
+  SetLock(*fd, F_UNLCK, port);
+  return ofd;
+}
+
+absl::Status PortRegistry::TakeParkedPort(const RdsAddr& addr, uint16_t port, int ofd) {
+  absl::StatusOr<int> fd = PortsFd(addr);
+  if (!fd.ok()) return fd.status();
+  const bool shared = SetLock(*fd, F_RDLCK, port) == 0;
+  const int err = errno;
+  sys::CloseInternal(ofd);
+  if (!shared) return absl::InternalError(absl::StrFormat("port lock: %s", strerror(err)));
+  // Exclusive again, as a bind's; should another shared holder exist, the
+  // shared lock still keeps every bind out.
+  SetLock(*fd, F_WRLCK, port);
+  return absl::OkStatus();
 }
 
 }  // namespace rds

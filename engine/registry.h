@@ -91,7 +91,15 @@ class PortRegistry {
   // Takes (addr, port) for this process. EADDRINUSE if another process has it.
   absl::Status Lock(const RdsAddr& addr, uint16_t port);
   void Unlock(const RdsAddr& addr, uint16_t port);
-  // The pid holding (addr, port), 0 if none (own locks are invisible).
+  // A socket is parked (engine/share.h): the port's lock moves from this
+  // process to a new open file description, returned (an internal fd, to be
+  // passed on), with the port taken at every step.
+  absl::StatusOr<int> ParkPort(const RdsAddr& addr, uint16_t port);
+  // The reverse, by the process that takes a parked socket over (or by the
+  // parker when nobody else holds the socket): the port becomes this
+  // process's again and `ofd` is closed.
+  absl::Status TakeParkedPort(const RdsAddr& addr, uint16_t port, int ofd);
+  // The pid holding (addr, port), 0 if none or parked (own locks are invisible).
   absl::StatusOr<pid_t> Owner(const RdsAddr& addr, uint16_t port);
 
   uint64_t BindGeneration() const { return gen_->load(std::memory_order_acquire); }

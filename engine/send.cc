@@ -17,6 +17,7 @@
 #include "engine/errors.h"
 #include "engine/log.h"
 #include "engine/shm_arena.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/usercopy.h"
@@ -245,6 +246,10 @@ Payload NewSendPayload(size_t len, bool local_dest) {
 }  // namespace
 
 absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::StatusOr<size_t> r = share::SendMsg(rs, msg, flags);
+    if (!share::Adopted(r.status())) return r;
+  }
   if (flags & ~kAllowedFlags) return RdsError(EOPNOTSUPP);
 
   RdsEndpoint dest;

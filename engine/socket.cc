@@ -21,6 +21,7 @@
 #include "engine/log.h"
 #include "engine/readiness.h"
 #include "engine/registry.h"
+#include "engine/share.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
 #include "engine/usercopy.h"
@@ -117,11 +118,12 @@ void RdsSocket::DrainTokensLocked(int fd) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared_ptr<NetNs> ns,
-                                                        int fd, bool nonblocking) {
+namespace {
+
+// The backing fd's buffer sizes follow the same kernel rules (defaults,
+// doubling, net.core caps) as an RDS socket's, so they are the truth.
+void TakeBufferSizes(RdsSocket& rs, int fd) {
   const conf::Settings& cfg = conf::Get();
-  // The backing fd's buffer sizes follow the same kernel rules (defaults,
-  // doubling, net.core caps) as an RDS socket's, so they are the truth.
   int want[2] = {static_cast<int>(cfg.wmem_default / 2), static_cast<int>(cfg.rmem_default / 2)};
   int names[2] = {SO_SNDBUF, SO_RCVBUF};
   int have[2] = {0, 0};
@@ -134,24 +136,47 @@ absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared
       sys::Getsockopt(fd, SOL_SOCKET, names[i], &have[i], &len);
     }
   }
+  struct stat st;
+  if (fstat(fd, &st) == 0) rs.inode = st.st_ino;
+  rds::MutexLock lock(&rs.mu);
+  rs.sk_sndbuf = have[0];
+  rs.sk_rcvbuf = have[1];
+}
+
+void AddToLiveList(const std::shared_ptr<RdsSocket>& rs) {
+  rds::MutexLock list_lock(&socket_list->mu);
+  socket_list->sockets.push_back(rs);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared_ptr<NetNs> ns,
+                                                        int fd, bool nonblocking) {
   if (absl::Status s = HostRegistry::Get().ClaimSocket(id); !s.ok()) return s;
   auto rs = std::make_shared<RdsSocket>(id, std::move(ns), nonblocking);
-  struct stat st;
-  if (fstat(fd, &st) == 0) rs->inode = st.st_ino;
-  {
-    rds::MutexLock lock(&rs->mu);
-    rs->sk_sndbuf = have[0];
-    rs->sk_rcvbuf = have[1];
-  }
+  TakeBufferSizes(*rs, fd);
   stats::Inc(stats::kShimSocketsCreated);
-  {
-    rds::MutexLock list_lock(&socket_list->mu);
-    socket_list->sockets.push_back(rs);
-  }
+  AddToLiveList(rs);
   return rs;
 }
 
+void RegisterTakenOver(const std::shared_ptr<RdsSocket>& rs, int fd) {
+  TakeBufferSizes(*rs, fd);
+  AddToLiveList(rs);
+}
+
+void MarkAllShared() {
+  rds::MutexLock lock(&socket_list->mu);
+  for (const std::weak_ptr<RdsSocket>& w : socket_list->sockets) {
+    if (std::shared_ptr<RdsSocket> s = w.lock()) s->maybe_shared.store(true);
+  }
+}
+
 absl::Status Connect(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::Status s = share::Connect(rs, uaddr, len);
+    if (!share::Adopted(s)) return s;
+  }
   sockaddr_storage ss;
   if (absl::Status s = usercopy::SockaddrFromUser(uaddr, len, &ss); !s.ok()) return s;
   if (len < sizeof(sa_family_t)) return RdsError(EINVAL);
@@ -197,6 +222,10 @@ absl::Status Connect(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
 }
 
 absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* out) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::StatusOr<socklen_t> r = share::GetName(rs, peer, out);
+    if (!share::Adopted(r.status())) return r;
+  }
   rds::MutexLock lock(&rs.mu);
   std::memset(out, 0, sizeof(*out));
   if (peer) {
@@ -215,6 +244,11 @@ absl::StatusOr<socklen_t> GetName(RdsSocket& rs, bool peer, sockaddr_storage* ou
 }
 
 short PollMask(RdsSocket& rs) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::StatusOr<short> r = share::PollMask(rs);
+    if (r.ok()) return *r;
+    if (!share::Adopted(r.status())) return POLLERR;
+  }
   uint64_t gen = CongestionTable::Get().generation();
   rds::MutexLock lock(&rs.mu);
   short mask = 0;
@@ -231,6 +265,9 @@ short PollMask(RdsSocket& rs) {
 }
 
 void PollWatch::Add(RdsSocket& rs) {
+  // A remote socket's changes happen in its owner: the poller watches its
+  // backing fd instead (preload/poll_calls.cc).
+  if (rs.remote.load(std::memory_order_acquire)) return;
   bool seen;
   {
     rds::MutexLock lock(&rs.mu);
@@ -253,6 +290,11 @@ PollWatch::~PollWatch() {
 }
 
 absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* arg) {
+  if (rs.remote.load(std::memory_order_acquire) &&
+      (request == SIOCRDSSETTOS || request == SIOCRDSGETTOS)) {
+    absl::StatusOr<int> r = share::Ioctl(rs, request, arg);
+    if (!share::Adopted(r.status())) return r;
+  }
   switch (request) {
     case SIOCRDSSETTOS: {
       uint8_t tos;
@@ -298,6 +340,12 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
 }
 
 void Release(RdsSocket& rs) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    share::Detach(rs);
+    return;
+  }
+  // Another process may still hold the socket: it lives on there.
+  if (share::Park(rs)) return;
   bool has_sent;
   {
     rds::MutexLock lock(&rs.mu);
@@ -327,6 +375,12 @@ void Release(RdsSocket& rs) {
 }
 
 bool WatchWithEpoll(RdsSocket& rs, int fd) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    // The owner keeps readiness on the backing fd for the processes it
+    // serves: being served is all this needs.
+    absl::StatusOr<short> r = share::PollMask(rs);
+    if (!share::Adopted(r.status())) return true;
+  }
   int sender = -1;
   {
     rds::MutexLock lock(&rs.mu);

@@ -43,6 +43,9 @@ inline constexpr int kTransTcp = 2;
 inline constexpr int kTransLoop = 3;  // kernel-internal RDS_TRANS_LOOP, shown for 127.x binds
 
 class DirectReceive;
+namespace share {
+struct Client;
+}
 
 class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
  public:
@@ -53,6 +56,16 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   // How many fds of this process refer to the socket; the RDS close runs
   // when the last one is closed (maintained by the preload fd table).
   std::atomic<int> fd_refs{0};
+
+  // Sharing between processes (engine/share.h). `remote`: another process
+  // owns the socket and this one's calls are forwarded there through
+  // `share_client` (set when the socket is made remote, never replaced);
+  // cleared if this process takes the socket over. `maybe_shared` (owner):
+  // other processes may hold a descriptor, so the socket is parked, not
+  // released, when this process lets go of it.
+  std::atomic<bool> remote{false};
+  std::atomic<bool> maybe_shared{false};
+  std::shared_ptr<share::Client> share_client;
 
   mutable rds::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;
@@ -137,6 +150,14 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
 // used to read the kernel's default buffer sizes.
 absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared_ptr<NetNs> ns,
                                                         int fd, bool nonblocking);
+
+// Adds a socket this process took over from another (engine/share.h) to
+// its live sockets; `fd` (its backing fd) gives its buffer sizes and inode.
+void RegisterTakenOver(const std::shared_ptr<RdsSocket>& rs, int fd);
+
+// Marks every socket this process owns as possibly shared (fork parent, exec
+// from a vfork child). No allocation: callable in a vfork child.
+void MarkAllShared();
 
 // Every socket of this process that is not released, in the given namespace.
 std::vector<std::shared_ptr<RdsSocket>> LiveSockets(NetNsKey ns);

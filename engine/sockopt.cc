@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/info.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/sys.h"
 #include "engine/usercopy.h"
@@ -254,6 +255,10 @@ absl::Status MemoryRegistration(RdsSocket& rs, int name, const void* optval, soc
 
 absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* optval,
                         socklen_t optlen) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::Status s = share::SetSockOpt(rs, level, name, optval, optlen);
+    if (!share::Adopted(s)) return s;
+  }
   if (level == SOL_SOCKET) return SetGeneric(rs, fd, name, optval, optlen);
   if (level != SOL_RDS) return RdsError(ENOPROTOOPT);
   switch (name) {
@@ -308,6 +313,10 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
 
 absl::StatusOr<int> GetSockOpt(RdsSocket& rs, int fd, int level, int name, void* optval,
                                socklen_t* optlen) {
+  if (rs.remote.load(std::memory_order_acquire)) {
+    absl::StatusOr<int> r = share::GetSockOpt(rs, level, name, optval, optlen);
+    if (!share::Adopted(r.status())) return r;
+  }
   if (level == SOL_SOCKET) return GetGeneric(rs, fd, name, optval, optlen);
   if (level != SOL_RDS) return RdsError(ENOPROTOOPT);
   int len;

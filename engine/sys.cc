@@ -68,6 +68,9 @@ int Close(int fd) { return static_cast<int>(syscall(SYS_close, fd)); }
 int Socket(int domain, int type, int protocol) {
   return static_cast<int>(syscall(SYS_socket, domain, type, protocol));
 }
+int SocketPair(int domain, int type, int protocol, int sv[2]) {
+  return static_cast<int>(syscall(SYS_socketpair, domain, type, protocol, sv));
+}
 int Bind(int fd, const struct sockaddr* addr, socklen_t len) {
   return static_cast<int>(syscall(SYS_bind, fd, addr, len));
 }

@@ -40,6 +40,7 @@ ssize_t Readv(int fd, const struct iovec* iov, int n);
 ssize_t Writev(int fd, const struct iovec* iov, int n);
 int Close(int fd);
 int Socket(int domain, int type, int protocol);
+int SocketPair(int domain, int type, int protocol, int sv[2]);
 int Bind(int fd, const struct sockaddr* addr, socklen_t len);
 int Connect(int fd, const struct sockaddr* addr, socklen_t len);
 int Listen(int fd, int backlog);

@@ -8,6 +8,7 @@
 // process without an engine, so fork-and-exec costs nothing extra.
 // Async-signal-safe where the caller is (after vfork): no allocation here.
 #include <stdarg.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -35,38 +36,47 @@ void FillArgs(const char* arg0, va_list ap, size_t n, char** argv) {
   argv[n] = nullptr;
 }
 
+// exec returned: it failed, and this image goes on with the sockets it
+// parked for the next one (preload/lifecycle.h).
+int AfterFailedExec(int result) {
+  const int saved = errno;
+  rds::preload::AfterFailedExec();
+  errno = saved;
+  return result;
+}
+
 }  // namespace
 
 extern "C" {
 
 int execve(const char* path, char* const argv[], char* const envp[]) {
   rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
-  return rds::real::execve(path, argv, envp);
+  return AfterFailedExec(rds::real::execve(path, argv, envp));
 }
 
 int execv(const char* path, char* const argv[]) {
   rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
-  return rds::real::execv(path, argv);
+  return AfterFailedExec(rds::real::execv(path, argv));
 }
 
 int execvp(const char* file, char* const argv[]) {
   rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
-  return rds::real::execvp(file, argv);
+  return AfterFailedExec(rds::real::execvp(file, argv));
 }
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
   rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
-  return rds::real::execvpe(file, argv, envp);
+  return AfterFailedExec(rds::real::execvpe(file, argv, envp));
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
   rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
-  return rds::real::fexecve(fd, argv, envp);
+  return AfterFailedExec(rds::real::fexecve(fd, argv, envp));
 }
 
 int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
   rds::preload::FlushBeforeImageEnds(/*exiting=*/false);
-  return rds::real::execveat(dirfd, path, argv, envp, flags);
+  return AfterFailedExec(rds::real::execveat(dirfd, path, argv, envp, flags));
 }
 
 int execl(const char* path, const char* arg0, ...) {

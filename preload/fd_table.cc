@@ -13,6 +13,7 @@
 #include "engine/netns.h"
 #include "engine/readiness.h"
 #include "engine/registry.h"
+#include "engine/share.h"
 #include "engine/sys.h"
 
 namespace rds::preload {
@@ -198,24 +199,43 @@ void ForgetLostAfterLostFds() {
 void LockTableForFork() { write_mu.Lock(); }
 void UnlockTableAfterFork() { write_mu.Unlock(); }
 
-void OrphanAllAfterFork() {
+void ReexamineAllAfterFork() {
   table_gen.fetch_add(1, std::memory_order_release);
-  auto orphan = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kOrphaned, nullptr});
+  auto pending = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kPending, nullptr});
   for (auto& c : chunks) {
     Chunk* chunk = c.load();
     if (chunk == nullptr) continue;
     for (Slot& s : chunk->slots) {
       if (!s.present.load()) continue;
-      std::shared_ptr<const FdEntry> old = s.entry.exchange(orphan);
+      std::shared_ptr<const FdEntry> old = s.entry.load();
+      if (!old || old->state != FdEntry::State::kOwned) continue;
+      s.entry.store(pending);
       // The parent's socket objects are leaked in the child: their locks may
       // be held by threads that do not exist here.
-      if (old && old->state == FdEntry::State::kOwned) {
-        Abandon(new std::shared_ptr<const FdEntry>(std::move(old)));
-      } else if (old && old->state == FdEntry::State::kPending) {
-        s.entry.store(old);
-      }
+      Abandon(new std::shared_ptr<const FdEntry>(std::move(old)));
     }
   }
+}
+
+void ReexamineReleased() {
+  rds::MutexLock lock(&write_mu);
+  auto pending = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kPending, nullptr});
+  for (auto& c : chunks) {
+    Chunk* chunk = c.load();
+    if (chunk == nullptr) continue;
+    for (Slot& s : chunk->slots) {
+      if (!s.present.load()) continue;
+      std::shared_ptr<const FdEntry> old = s.entry.load();
+      if (!old || old->state != FdEntry::State::kOwned) continue;
+      bool released;
+      {
+        rds::MutexLock slock(&old->socket->mu);
+        released = old->socket->released;
+      }
+      if (released) s.entry.store(pending);
+    }
+  }
+  table_gen.fetch_add(1, std::memory_order_release);
 }
 
 void AdoptIfRds(int fd) {
@@ -224,29 +244,12 @@ void AdoptIfRds(int fd) {
     Unpublish(fd);
     return;
   }
-  if (HostRegistry::Get().SocketOwner(*id) != 0) {
-    log::Debug("fd %d: RDS socket %016x belongs to another process; orphaned", fd, *id);
-    PublishOrphan(fd);
-    return;
-  }
-  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfSocketFd(fd);
-  if (!ns.ok()) {
-    log::Warn("fd %d: %s; assuming the current network namespace", fd, ns.status().message());
-    ns = NetNs::OfCurrentThread();
-    if (!ns.ok()) {
-      PublishOrphan(fd);
-      return;
-    }
-  }
-  int fl = sys::Fcntl(fd, F_GETFL, 0);
-  absl::StatusOr<std::shared_ptr<RdsSocket>> rs =
-      CreateSocket(*id, *ns, fd, fl >= 0 && (fl & O_NONBLOCK));
+  absl::StatusOr<std::shared_ptr<RdsSocket>> rs = share::AttachReceived(*id, fd);
   if (!rs.ok()) {
-    log::Debug("fd %d: cannot adopt RDS socket %016x: %s", fd, *id, rs.status().ToString());
+    log::Warn("fd %d: cannot use RDS socket %016x: %s", fd, *id, rs.status().ToString());
     PublishOrphan(fd);
     return;
   }
-  log::Debug("fd %d: adopted RDS socket %016x", fd, *id);
   Publish(fd, std::move(*rs));
 }
 

@@ -20,7 +20,7 @@ namespace rds::preload {
 struct FdEntry {
   enum class State {
     kOwned,     // this process's RDS socket
-    kOrphaned,  // an RDS fd whose socket belongs to another process (EBADF)
+    kOrphaned,  // an RDS fd this process cannot use (EBADF): its engine was lost
     kPending,   // an inherited RDS fd not yet examined (adopted on first use)
   };
   State state;
@@ -73,16 +73,21 @@ std::shared_ptr<const FdEntry> Unpublish(int fd);
 // Fork: the table's writer lock is held across fork (prepare → parent/child).
 void LockTableForFork();
 void UnlockTableAfterFork();
-// Fork child: every owned entry becomes orphaned.
-void OrphanAllAfterFork();
+// Fork child: every entry is examined anew at its next use (AdoptIfRds):
+// the sockets belong to the parent, which the child reaches through
+// engine/share.h.
+void ReexamineAllAfterFork();
+// A failed exec: entries whose socket this process parked are examined anew.
+void ReexamineReleased();
 // The engine's fds were lost (preload/lifecycle.h), with the writer lock held:
 // an fd that is still the backing socket of its entry becomes orphaned (its
 // engine is gone); any other number is forgotten (it was closed too, or is
 // another file now).
 void ForgetLostAfterLostFds();
 
-// Examines an fd that arrived from elsewhere (SCM_RIGHTS, exec) and, if it is
-// an RDS fd, records it (adopted if no other process owns its socket).
+// Examines an fd that arrived from elsewhere (SCM_RIGHTS, exec, fork) and, if
+// it is an RDS fd, records it: this process's socket for it, a remote one
+// when another process owns it, or one taken over (engine/share.h).
 void AdoptIfRds(int fd);
 
 }  // namespace rds::preload

@@ -13,6 +13,7 @@
 #include "engine/registry.h"
 #include "engine/readiness.h"
 #include "engine/send.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
 #include "preload/errno_policy.h"
@@ -108,9 +109,10 @@ ssize_t ReadV(const char* call, int fd, const FdEntry& e, const iovec* iov, int 
   return Run<ssize_t>(call, e, [&](RdsSocket& rs) { return rds::RecvMsg(rs, fd, msg, 0); });
 }
 
-// Before an RDS fd leaves over SCM_RIGHTS: an unbound socket's ownership
-// travels with it (DESIGN.md §2.4); the sender's copy becomes an orphan.
-void ReleaseOutgoingRdsFds(const msghdr* umsg) {
+// Before an RDS fd leaves over SCM_RIGHTS: the receiver shares the socket
+// from now on, so its release here parks it for the other holders
+// (engine/share.h) — while in flight too, as the kernel keeps it alive.
+void NoteOutgoingRdsFds(const msghdr* umsg) {
   if (!rds::preload::AnyRds() || umsg == nullptr) return;
   // Application memory: read it safely (the real call reports EFAULT).
   msghdr local;
@@ -129,15 +131,7 @@ void ReleaseOutgoingRdsFds(const msghdr* umsg) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
       auto e = rds::preload::Lookup(fd);
-      if (!e || e->state != FdEntry::State::kOwned) continue;
-      bool unbound;
-      {
-        rds::MutexLock lock(&e->socket->mu);
-        unbound = !e->socket->bound;
-      }
-      if (!unbound) continue;
-      rds::HostRegistry::Get().ReleaseSocket(e->socket->id);
-      rds::preload::PublishOrphan(fd);
+      if (e && e->state == FdEntry::State::kOwned) rds::share::MarkShared(*e->socket);
     }
   }
 }
@@ -179,7 +173,7 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to,
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   auto e = LookupForCall(fd);
   if (!e) {
-    ReleaseOutgoingRdsFds(msg);
+    NoteOutgoingRdsFds(msg);
     return rds::real::sendmsg(fd, msg, flags);
   }
   return SendMsgUser(__func__, *e, msg, flags);
@@ -188,7 +182,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 int sendmmsg(int fd, mmsghdr* vec, unsigned int n, int flags) {
   auto e = LookupForCall(fd);
   if (!e) {
-    for (unsigned int i = 0; i < n; ++i) ReleaseOutgoingRdsFds(&vec[i].msg_hdr);
+    for (unsigned int i = 0; i < n; ++i) NoteOutgoingRdsFds(&vec[i].msg_hdr);
     return rds::real::sendmmsg(fd, vec, n, flags);
   }
   n = std::min(n, 1024u);  // UIO_MAXIOV

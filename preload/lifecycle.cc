@@ -17,6 +17,8 @@
 #include "engine/log.h"
 #include "engine/sync.h"
 #include "engine/readiness.h"
+#include "engine/share.h"
+#include "engine/socket.h"
 #include "preload/fd_table.h"
 
 namespace rds::preload {
@@ -28,6 +30,8 @@ void PrepareFork() {
 }
 
 void ParentFork() {
+  // The child holds every descriptor this process has (engine/share.h).
+  MarkAllShared();
   ParentAfterFork();
   UnlockTableAfterFork();
 }
@@ -35,7 +39,7 @@ void ParentFork() {
 void ChildAfterFork() {
   ResetEngineAfterFork();
   UnlockTableAfterFork();
-  OrphanAllAfterFork();
+  ReexamineAllAfterFork();
 }
 
 // RDS fds that survived exec are noted here and adopted on first use
@@ -95,11 +99,21 @@ void RecoverFromLostFds(int overwritten) {
 }
 
 void FlushBeforeImageEnds(bool exiting) {
-  if (Engine::IfRunning() == nullptr || InVforkChild()) return;
-  Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+  if (InVforkChild()) {
+    if (!exiting && AnyRds()) MarkAllShared();
+    return;
+  }
+  if (Engine::IfRunning() != nullptr) {
+    Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+  }
+  if (AnyRds()) share::ParkAllBeforeImageEnds(/*exec=*/!exiting);
   // After exec the pid lives on, and a new image that uses RDS binds the file
   // again; should exec fail, this engine goes on serving. Only an exit removes it.
-  if (exiting) Engine::WithdrawAtExit();
+  if (exiting && Engine::IfRunning() != nullptr) Engine::WithdrawAtExit();
+}
+
+void AfterFailedExec() {
+  if (!InVforkChild() && AnyRds()) ReexamineReleased();
 }
 
 void OnFirstRdsSocket() {

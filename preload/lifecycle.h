@@ -37,10 +37,17 @@ void RecoverFromLostFds(int overwritten = -1);
 // Before this process's image ends (exec, _exit, exit): waits, at most
 // RDS_PRELOAD_EXIT_FLUSH_MS, until the messages sendmsg accepted are
 // acknowledged by their receivers, as kernel RDS has transmitted them by the
-// time sendmsg returns (DESIGN.md §4.1). Nothing in a vfork child (the
-// parent's engine goes on) or in a process without an engine. When the
-// process is `exiting` (not exec), its engine's socket file is removed too.
+// time sendmsg returns (DESIGN.md §4.1); then parks the sockets that other
+// processes, or the next image, may hold (engine/share.h). Nothing is waited
+// for in a process without an engine. In a vfork child (the parent's engine
+// goes on) an exec only marks the parent's sockets as shared: the new image
+// holds their descriptors. When the process is `exiting` (not exec), its
+// engine's socket file is removed too.
 void FlushBeforeImageEnds(bool exiting);
+
+// exec failed: the sockets parked for the new image are this image's again;
+// their descriptors are examined anew at their next use, which takes them back.
+void AfterFailedExec();
 
 }  // namespace rds::preload
 

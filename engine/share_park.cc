@@ -1,0 +1,270 @@
+// engine/share_park.cc — parking a socket on its own backing fd when its
+// owner lets go of it, and taking a parked socket over (engine/share.h).
+#include <endian.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "engine/bind.h"
+#include "engine/cong.h"
+#include "engine/engine.h"
+#include "engine/log.h"
+#include "engine/readiness.h"
+#include "engine/registry.h"
+#include "engine/share.h"
+#include "engine/share_internal.h"
+#include "engine/share_wire.h"
+#include "engine/socket.h"
+#include "engine/sys.h"
+
+namespace rds::share {
+namespace {
+
+using share_wire::ParkedState;
+
+void Note(uint64_t id, uint8_t out[share_wire::kParkedNoteSize]) {
+  std::memcpy(out, share_wire::kParkedMagic, sizeof(share_wire::kParkedMagic));
+  uint64_t be = htobe64(id);
+  std::memcpy(out + sizeof(share_wire::kParkedMagic), &be, sizeof(be));
+}
+
+ParkedState TakeStateLocked(RdsSocket& rs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
+  ParkedState st;
+  st.id = rs.id;
+  st.bound = rs.bound;
+  st.connected = rs.connected;
+  st.transport = rs.transport;
+  st.sk_sndbuf = rs.sk_sndbuf;
+  st.sk_rcvbuf = rs.sk_rcvbuf;
+  st.sndtimeo_us = share_wire::DurationToMicros(rs.sndtimeo);
+  st.rcvtimeo_us = share_wire::DurationToMicros(rs.rcvtimeo);
+  st.recverr = rs.recverr;
+  st.cong_monitor = rs.cong_monitor;
+  st.cong_mask = rs.cong_mask;
+  st.cong_notify = rs.cong_notify;
+  st.timestamp = static_cast<uint8_t>(rs.timestamp);
+  st.rx_trace_count = rs.rx_trace_count;
+  std::memcpy(st.rx_trace_pos, rs.rx_trace_pos, sizeof(st.rx_trace_pos));
+  st.tos = rs.tos;
+  st.zerocopy = rs.zerocopy;
+  st.inq = rs.inq;
+  st.has_sent = rs.has_sent;
+  st.zcookies.assign(rs.zcookies.begin(), rs.zcookies.end());
+  st.queue.assign(rs.recv_queue.begin(), rs.recv_queue.end());
+  rs.recv_queue.clear();
+  rs.rcv_bytes = 0;
+  return st;
+}
+
+void ApplyStateLocked(RdsSocket& rs, ParkedState& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
+  rs.bound = st.bound;
+  rs.connected = st.connected;
+  rs.transport = st.transport;
+  if (st.sk_sndbuf > 0) rs.sk_sndbuf = st.sk_sndbuf;
+  if (st.sk_rcvbuf > 0) rs.sk_rcvbuf = st.sk_rcvbuf;
+  rs.sndtimeo = share_wire::MicrosToDuration(st.sndtimeo_us);
+  rs.rcvtimeo = share_wire::MicrosToDuration(st.rcvtimeo_us);
+  rs.recverr = st.recverr;
+  rs.cong_monitor = st.cong_monitor;
+  rs.cong_mask = st.cong_mask;
+  rs.cong_notify = st.cong_notify;
+  rs.timestamp = static_cast<RdsSocket::Timestamp>(std::min<uint8_t>(st.timestamp, 2));
+  rs.rx_trace_count = std::min<uint8_t>(st.rx_trace_count, 3);
+  std::memcpy(rs.rx_trace_pos, st.rx_trace_pos, sizeof(rs.rx_trace_pos));
+  rs.tos = st.tos;
+  rs.zerocopy = st.zerocopy;
+  rs.inq = st.inq;
+  rs.has_sent = st.has_sent;
+  rs.zcookies.assign(st.zcookies.begin(), st.zcookies.end());
+  for (MessagePtr& m : st.queue) {
+    rs.rcv_bytes += m->payload.size();
+    rs.recv_queue.push_back(std::move(m));
+  }
+}
+
+// The state as a memfd (an internal fd), or -1.
+int StateFile(const ParkedState& st) {
+  std::vector<uint8_t> body = share_wire::EncodeParked(st);
+  int fd = memfd_create("rds-preload-parked", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  fd = sys::MakeInternal(fd);
+  if (!sys::WriteAll(fd, body.data(), body.size())) {
+    sys::CloseInternal(fd);
+    return -1;
+  }
+  return fd;
+}
+
+absl::StatusOr<ParkedState> ReadStateFile(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return absl::InternalError("fstat of a parked state");
+  std::vector<uint8_t> body(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < body.size()) {
+    ssize_t r = pread(fd, body.data() + got, body.size() - got, static_cast<off_t>(got));
+    if (r <= 0) return absl::InternalError("short read of a parked state");
+    got += static_cast<size_t>(r);
+  }
+  return share_wire::DecodeParked(body);
+}
+
+}  // namespace
+
+void MarkShared(RdsSocket& rs) { rs.maybe_shared.store(true, std::memory_order_release); }
+
+bool Park(RdsSocket& rs) {
+  if (!rs.maybe_shared.load(std::memory_order_acquire) || rs.remote.load()) return false;
+  internal::StopServing(rs.id);
+  std::optional<RdsEndpoint> bound;
+  {
+    rds::MutexLock lock(&rs.mu);
+    if (rs.released) return true;
+    bound = rs.bound;
+  }
+  int port_fd = -1;
+  if (bound) {
+    absl::StatusOr<int> fd = rs.ns->ports().ParkPort(bound->addr, bound->port);
+    if (!fd.ok()) {
+      log::Warn("socket %016x: cannot hand its port on (%s); closed here instead", rs.id,
+                fd.status().message());
+      return false;
+    }
+    port_fd = *fd;
+  }
+  ParkedState st;
+  {
+    rds::MutexLock lock(&rs.mu);
+    rs.released = true;  // deliveries from now on find it closed, as after a close
+    st = TakeStateLocked(rs);
+  }
+  int state_fd = StateFile(st);
+  int sender = state_fd >= 0 ? CreateTokenSender(*rs.ns) : -1;
+  uint8_t note[share_wire::kParkedNoteSize];
+  Note(rs.id, note);
+  int fds[2] = {state_fd, port_fd};
+  bool parked = sender >= 0 && SendToBackingFd(sender, rs.id, note, sizeof(note), fds,
+                                               port_fd >= 0 ? 2 : 1);
+  const int err = errno;
+  if (sender >= 0) sys::CloseInternal(sender);
+  if (state_fd >= 0) sys::CloseInternal(state_fd);
+  if (!parked) {
+    // ECONNREFUSED: the backing fd is closed everywhere, this process was the
+    // last holder. The socket is released here as usual.
+    if (err != ECONNREFUSED) {
+      log::Warn("socket %016x: cannot hand it on to the other processes holding it (%s); "
+                "closed", rs.id, strerror(err));
+    }
+    if (port_fd >= 0) (void)rs.ns->ports().TakeParkedPort(bound->addr, bound->port, port_fd);
+    rds::MutexLock lock(&rs.mu);
+    rs.released = false;
+    for (MessagePtr& m : st.queue) {
+      rs.rcv_bytes += m->payload.size();
+      rs.recv_queue.push_back(std::move(m));
+    }
+    return false;
+  }
+  if (port_fd >= 0) sys::CloseInternal(port_fd);
+  log::Debug("socket %016x parked with %zu queued messages", rs.id, st.queue.size());
+  // The rest of a release (socket.cc Release), but the port went with the state.
+  bool has_sent;
+  {
+    rds::MutexLock lock(&rs.mu);
+    has_sent = rs.has_sent;
+    rs.cong_notify = 0;
+    rs.cong_mask = 0;
+    if (rs.token_sender >= 0) {
+      sys::CloseInternal(rs.token_sender);
+      rs.token_sender = -1;
+    }
+    rs.WakeWaitersLocked();
+  }
+  UpdateReceiveCongestion(rs);
+  UnbindParked(rs);
+  if (has_sent) Engine::Get().ReleaseSender(rs.shared_from_this());
+  HostRegistry::Get().ReleaseSocket(rs.id);
+  return true;
+}
+
+void ParkAllBeforeImageEnds(bool exec) {
+  for (const std::shared_ptr<RdsSocket>& rs : AllLiveSockets()) {
+    // A descriptor without FD_CLOEXEC lives on in the new image.
+    if (exec) MarkShared(*rs);
+    Park(*rs);
+  }
+}
+
+namespace internal {
+
+void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd) {
+  int state_fd = -1;
+  int port_fd = -1;
+  for (;;) {
+    uint8_t buf[64];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    iovec iov = {buf, sizeof(buf)};
+    msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t r = sys::Recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    std::vector<int> fds;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds.push_back(f);
+      }
+    }
+    uint8_t note[share_wire::kParkedNoteSize];
+    Note(rs->id, note);
+    if (r == sizeof(note) && std::memcmp(buf, note, sizeof(note)) == 0 && !fds.empty() &&
+        fds.size() <= 2) {
+      state_fd = sys::MakeInternal(fds[0]);
+      if (fds.size() == 2) port_fd = sys::MakeInternal(fds[1]);
+      break;
+    }
+    for (int f : fds) sys::Close(f);  // a readiness token, or something stray
+  }
+  if (state_fd < 0) {
+    log::Warn("socket %016x: the process that owned it ended without handing it on (killed?); "
+              "this process takes it over unbound, without the messages that were queued",
+              rs->id);
+    return;
+  }
+  absl::StatusOr<ParkedState> st = ReadStateFile(state_fd);
+  sys::CloseInternal(state_fd);
+  if (!st.ok() || st->id != rs->id) {
+    log::Warn("socket %016x: its parked state is unreadable (%s); taken over unbound", rs->id,
+              st.ok() ? "another socket's" : std::string(st.status().message()));
+    if (port_fd >= 0) sys::CloseInternal(port_fd);
+    return;
+  }
+  const size_t queued = st->queue.size();
+  {
+    rds::MutexLock lock(&rs->mu);
+    ApplyStateLocked(*rs, *st);
+  }
+  if (absl::Status s = BindTakenOver(*rs, port_fd); !s.ok()) {
+    log::Warn("socket %016x: cannot take its port back (%s); it is unbound now", rs->id,
+              s.message());
+    rds::MutexLock lock(&rs->mu);
+    rs->bound.reset();
+  }
+  UpdateReceiveCongestion(*rs);
+  MarkShared(*rs);
+  // Other holders wait for messages on the backing fd's readiness.
+  WatchWithEpoll(*rs, fd);
+  log::Debug("socket %016x taken over with %zu queued messages", rs->id, queued);
+}
+
+}  // namespace internal
+}  // namespace rds::share

@@ -1,0 +1,326 @@
+// engine/share_server.cc — the owner's side of socket sharing (engine/share.h):
+// one thread per process, started by the first process that asks, runs the
+// calls other processes forward on this process's sockets.
+//
+// Each call runs as the same call made by one of this process's threads
+// would, but never blocks (MSG_DONTWAIT): the caller waits in its own
+// process. A connection starts with the caller's copy of the backing fd
+// (SCM_RIGHTS), which this process keeps while it serves the socket: the
+// receive path drains readiness tokens there, and readiness is kept on it for
+// as long as the socket is served.
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/abandon.h"
+#include "engine/bind.h"
+#include "engine/errors.h"
+#include "engine/log.h"
+#include "engine/readiness.h"
+#include "engine/recv.h"
+#include "engine/send.h"
+#include "engine/share.h"
+#include "engine/share_internal.h"
+#include "engine/share_wire.h"
+#include "engine/socket.h"
+#include "engine/sockopt.h"
+#include "engine/sync.h"
+#include "engine/sys.h"
+
+namespace rds::share {
+namespace {
+
+using share_wire::Op;
+using share_wire::Reply;
+using share_wire::Request;
+
+struct Conn {
+  int fd;
+  std::shared_ptr<RdsSocket> rs;
+  bool introduced = false;  // its backing fd arrived
+};
+
+struct Server {
+  rds::Mutex mu;  // held while a call runs
+  std::vector<Conn> conns ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, int> backing ABSL_GUARDED_BY(mu);  // socket id → internal fd
+  int wake ABSL_GUARDED_BY(mu) = -1;  // eventfd: the set of connections changed
+  bool started ABSL_GUARDED_BY(mu) = false;
+  // Fork child or lost fds (engine/fork.h): the thread leaves at its next
+  // wake-up without touching an fd.
+  std::atomic<bool> abandoned{false};
+};
+
+Server* server = new Server();
+
+int64_t ResultOf(const absl::Status& s, int64_t value) { return s.ok() ? value : -ErrnoOf(s); }
+
+std::vector<uint8_t> Blob(const void* p, size_t n) {
+  auto* b = static_cast<const uint8_t*>(p);
+  return std::vector<uint8_t>(b, b + n);
+}
+
+const std::vector<uint8_t>& BlobAt(const Request& q, size_t i) {
+  static const std::vector<uint8_t> kEmpty;
+  return i < q.blobs.size() ? q.blobs[i] : kEmpty;
+}
+
+Reply Execute(RdsSocket& rs, int fd, const Request& q) {
+  Reply p;
+  switch (q.op) {
+    case Op::kSend: {
+      const std::vector<uint8_t>& name = BlobAt(q, 0);
+      const std::vector<uint8_t>& data = BlobAt(q, 1);
+      const std::vector<uint8_t>& control = BlobAt(q, 2);
+      iovec iov = {const_cast<uint8_t*>(data.data()), data.size()};
+      msghdr msg = {};
+      msg.msg_name = name.empty() ? nullptr : const_cast<uint8_t*>(name.data());
+      msg.msg_namelen = static_cast<socklen_t>(name.size());
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control.empty() ? nullptr : const_cast<uint8_t*>(control.data());
+      msg.msg_controllen = control.size();
+      absl::StatusOr<size_t> r = rds::SendMsg(rs, msg, q.arg[0] | MSG_DONTWAIT);
+      p.result = ResultOf(r.status(), r.ok() ? static_cast<int64_t>(*r) : 0);
+      rds::MutexLock lock(&rs.mu);
+      p.timeout_us = share_wire::DurationToMicros(rs.sndtimeo);
+      return p;
+    }
+    case Op::kRecv: {
+      const size_t room = static_cast<size_t>(std::max(q.arg[1], 0));
+      const size_t name_room = std::min<size_t>(std::max(q.arg[2], 0), sizeof(sockaddr_storage));
+      const size_t control_room = std::min<size_t>(std::max(q.arg[3], 0), 65536);
+      std::vector<uint8_t> data(room);
+      sockaddr_storage name = {};
+      std::vector<uint8_t> control(control_room);
+      iovec iov = {data.data(), data.size()};
+      msghdr msg = {};
+      msg.msg_name = name_room ? &name : nullptr;
+      msg.msg_namelen = static_cast<socklen_t>(name_room);
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control_room ? control.data() : nullptr;
+      msg.msg_controllen = control_room;
+      absl::StatusOr<size_t> r = rds::RecvMsg(rs, fd, msg, q.arg[0] | MSG_DONTWAIT);
+      p.result = ResultOf(r.status(), r.ok() ? static_cast<int64_t>(*r) : 0);
+      if (r.ok()) {
+        p.out[0] = msg.msg_flags;
+        p.out[1] = static_cast<int32_t>(msg.msg_namelen);
+        p.out[2] = static_cast<int32_t>(msg.msg_controllen);
+        data.resize(std::min(room, *r));
+        p.blobs.push_back(std::move(data));
+        p.blobs.push_back(Blob(&name, std::min<size_t>(msg.msg_namelen, name_room)));
+        control.resize(std::min<size_t>(msg.msg_controllen, control_room));
+        p.blobs.push_back(std::move(control));
+      }
+      rds::MutexLock lock(&rs.mu);
+      p.timeout_us = share_wire::DurationToMicros(rs.rcvtimeo);
+      return p;
+    }
+    case Op::kBind:
+    case Op::kConnect: {
+      const std::vector<uint8_t>& a = BlobAt(q, 0);
+      const auto* addr = reinterpret_cast<const sockaddr*>(a.data());
+      const auto len = static_cast<socklen_t>(a.size());
+      absl::Status s = q.op == Op::kBind ? rds::Bind(rs, addr, len) : rds::Connect(rs, addr, len);
+      p.result = ResultOf(s, 0);
+      return p;
+    }
+    case Op::kGetName: {
+      sockaddr_storage ss;
+      absl::StatusOr<socklen_t> r = rds::GetName(rs, q.arg[0] != 0, &ss);
+      p.result = ResultOf(r.status(), 0);
+      if (r.ok()) p.blobs.push_back(Blob(&ss, *r));
+      return p;
+    }
+    case Op::kSetOpt: {
+      const std::vector<uint8_t>& v = BlobAt(q, 0);
+      absl::Status s = rds::SetSockOpt(rs, fd, q.arg[0], q.arg[1], v.empty() ? nullptr : v.data(),
+                                  static_cast<socklen_t>(v.size()));
+      p.result = ResultOf(s, 0);
+      return p;
+    }
+    case Op::kGetOpt: {
+      const size_t room = std::min<size_t>(std::max(q.arg[2], 0), share_wire::kMaxFrame / 2);
+      std::vector<uint8_t> v(room);
+      socklen_t len = static_cast<socklen_t>(room);
+      absl::StatusOr<int> r = rds::GetSockOpt(rs, fd, q.arg[0], q.arg[1], v.data(), &len);
+      p.result = ResultOf(r.status(), r.ok() ? *r : 0);
+      p.out[0] = static_cast<int32_t>(len);
+      v.resize(std::min<size_t>(len, room));
+      p.blobs.push_back(std::move(v));
+      return p;
+    }
+    case Op::kPoll:
+      p.result = static_cast<uint16_t>(rds::PollMask(rs));
+      return p;
+    case Op::kIoctl: {
+      std::vector<uint8_t> arg = BlobAt(q, 0);
+      arg.resize(std::max<size_t>(arg.size(), sizeof(int)));
+      absl::StatusOr<int> r = rds::Ioctl(rs, fd, static_cast<unsigned long>(q.arg[0]), arg.data());
+      p.result = ResultOf(r.status(), r.ok() ? *r : 0);
+      p.blobs.push_back(std::move(arg));
+      return p;
+    }
+  }
+  p.result = -EINVAL;
+  return p;
+}
+
+void DropConnLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+  sys::CloseInternal(server->conns[i].fd);
+  server->conns[i] = std::move(server->conns.back());
+  server->conns.pop_back();
+}
+
+// The first message of a connection: one byte with the caller's backing fd.
+bool Introduce(Conn& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+  char b;
+  iovec iov = {&b, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t r = sys::Recvmsg(c.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return true;  // not yet
+  cmsghdr* cm = r == 1 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int))) {
+    return false;
+  }
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  if (RecognizeBackingFd(fd) != c.rs->id) {
+    sys::Close(fd);
+    return false;
+  }
+  auto [it, fresh] = server->backing.try_emplace(c.rs->id, -1);
+  if (fresh) {
+    it->second = sys::MakeInternal(fd);
+    MarkShared(*c.rs);
+    // The caller waits for readiness on the backing fd.
+    WatchWithEpoll(*c.rs, it->second);
+  } else {
+    sys::Close(fd);
+  }
+  c.introduced = true;
+  const char ok = 'A';
+  return sys::Sendto(c.fd, &ok, 1, MSG_NOSIGNAL, nullptr, 0) == 1;
+}
+
+// Runs one call arriving on connection `fd`. False drops the connection.
+bool HandleReadable(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+  size_t i = 0;
+  while (i < server->conns.size() && server->conns[i].fd != fd) ++i;
+  if (i == server->conns.size()) return true;  // dropped meanwhile
+  Conn& c = server->conns[i];
+  bool ok;
+  if (!c.introduced) {
+    ok = Introduce(c);
+  } else {
+    absl::StatusOr<std::vector<uint8_t>> body = share_wire::ReadFrame(c.fd);
+    absl::StatusOr<Request> q = body.ok() ? share_wire::DecodeRequest(*body)
+                                          : absl::StatusOr<Request>(body.status());
+    ok = q.ok();
+    if (ok) {
+      auto b = server->backing.find(c.rs->id);
+      const int backing = b == server->backing.end() ? -1 : b->second;
+      ok = share_wire::WriteFrame(c.fd, share_wire::EncodeReply(Execute(*c.rs, backing, *q))).ok();
+    }
+  }
+  if (!ok) DropConnLocked(i);
+  return ok;
+}
+
+void Run(Server* self) {
+  std::vector<pollfd> fds;
+  for (;;) {
+    if (self->abandoned.load()) return;
+    fds.clear();
+    {
+      rds::MutexLock lock(&server->mu);
+      fds.push_back({server->wake, POLLIN, 0});
+      for (const Conn& c : server->conns) fds.push_back({c.fd, POLLIN, 0});
+    }
+    if (sys::Poll(fds.data(), fds.size(), -1) < 0) continue;
+    if (self->abandoned.load()) return;
+    if (fds[0].revents) {
+      uint64_t n;
+      (void)sys::Read(fds[0].fd, &n, sizeof(n));
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      rds::MutexLock lock(&server->mu);
+      HandleReadable(fds[i].fd);
+    }
+  }
+}
+
+void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+  uint64_t one = 1;
+  if (server->wake >= 0) (void)sys::Write(server->wake, &one, sizeof(one));
+}
+
+}  // namespace
+
+void ServeClient(uint64_t id, int conn) {
+  std::shared_ptr<RdsSocket> rs;
+  for (std::shared_ptr<RdsSocket>& s : AllLiveSockets()) {
+    if (s->id == id && !s->remote.load()) rs = std::move(s);
+  }
+  if (!rs) {
+    // Parked or closed meanwhile: the caller looks for the socket again.
+    sys::CloseInternal(conn);
+    return;
+  }
+  rds::MutexLock lock(&server->mu);
+  if (!server->started) {
+    server->wake = sys::MakeInternal(sys::EventFd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    std::thread(Run, server).detach();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    server->started = true;
+  }
+  server->conns.push_back({conn, std::move(rs)});
+  WakeLocked();
+}
+
+namespace internal {
+
+void StopServing(uint64_t id) {
+  rds::MutexLock lock(&server->mu);
+  for (size_t i = 0; i < server->conns.size();) {
+    if (server->conns[i].rs->id == id) {
+      DropConnLocked(i);
+    } else {
+      ++i;
+    }
+  }
+  if (auto it = server->backing.find(id); it != server->backing.end()) {
+    sys::CloseInternal(it->second);
+    server->backing.erase(it);
+  }
+  WakeLocked();
+}
+
+}  // namespace internal
+
+void ResetServerAfterFork() {
+  server->abandoned.store(true);
+  Abandon(server);
+  server = new Server();
+}
+
+}  // namespace rds::share
