@@ -335,6 +335,7 @@ uint32_t Engine::LocalOwner(Connection& c, uint16_t port) {
     pid = pid_;
   } else {
     absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.faddr, port);
+    if (owner.ok() && *owner == kParkedPortOwner) return kParkedPid;  // not cached: it changes
     if (owner.ok()) pid = static_cast<uint32_t>(*owner);
     else log::Warn("port owner lookup: %s", owner.status().ToString());
   }
@@ -384,8 +385,18 @@ bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool
         return true;
       }
     }
+    if (auto waiting = c.unresolved.find(port);
+        waiting != c.unresolved.end() && !waiting->second.empty()) {
+      if (!may_set_up) return false;
+      waiting->second.push_back(std::move(m));  // behind those waiting for the port's socket
+      return true;
+    }
     uint32_t owner = LocalOwner(c, port);
-    if (owner == pid_) {
+    if (owner == kParkedPid) {
+      if (!may_set_up) return false;
+      c.unresolved[port].push_back(std::move(m));
+      RetryParkedLater(c);
+    } else if (owner == pid_) {
       DeliverLocally(c, std::move(m));
     } else if (owner == 0) {
       DropMessage(m, stats::kShimSendDropNoRoute);
@@ -1046,7 +1057,28 @@ uint32_t Engine::AnswerRouteQuery(const std::shared_ptr<NetNs>& ns, const RdsAdd
   stats::Inc(stats::kShimRouteQueries);
   if (port == 0 || IsBoundHere(ns->key(), {addr, port})) return pid_;
   absl::StatusOr<pid_t> owner = ns->ports().Owner(addr, port);
+  if (owner.ok() && *owner == kParkedPortOwner) return kParkedPid;
   return owner.ok() ? static_cast<uint32_t>(*owner) : 0;
+}
+
+void Engine::RetryParkedLater(Connection& c) {
+  if (c.query_timer) return;
+  Connection* cp = &c;
+  c.query_timer = loop_.After(kParkedRetry, [this, cp] {
+    cp->query_timer = 0;
+    if (!cp->local) {
+      ResolvePending(*cp);
+      return;
+    }
+    // Routed again in order: the first that still finds the socket parked
+    // waits again, and the rest queue behind it.
+    std::vector<std::pair<uint16_t, std::deque<MessagePtr>>> waiting;
+    for (auto& [port, q] : cp->unresolved) waiting.emplace_back(port, std::move(q));
+    cp->unresolved.clear();
+    for (auto& [port, q] : waiting) {
+      for (MessagePtr& m : q) RouteAndQueue(cp->ns, m, /*may_set_up=*/true, nullptr);
+    }
+  });
 }
 
 void Engine::Resolve(Connection& c, uint16_t port) {
@@ -1154,6 +1186,12 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
   if (it != c.unresolved.end()) {
     waiting.swap(it->second);
     c.unresolved.erase(it);
+  }
+  if (pid == kParkedPid) {
+    // The port's socket is between owners there (engine/share.h): ask again.
+    if (!waiting.empty()) c.unresolved[port] = std::move(waiting);
+    RetryParkedLater(c);
+    return;
   }
   if (pid == 0) {
     // Nobody has the port bound there: the kernel drops such messages at the

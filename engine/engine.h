@@ -156,6 +156,11 @@ class Engine {
   bool RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool may_set_up,
                      Path** via = nullptr);
   uint32_t LocalOwner(Connection& c, uint16_t port);
+  // The owner of a port whose socket is parked (engine/share.h), in route
+  // answers: its messages wait and are routed again every kParkedRetry.
+  static constexpr uint32_t kParkedPid = 0xffffffffu;
+  static constexpr absl::Duration kParkedRetry = absl::Milliseconds(5);
+  void RetryParkedLater(Connection& c);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);
   void Transmit(Path& p, MessagePtr m);

@@ -291,7 +291,7 @@ absl::StatusOr<pid_t> PortRegistry::Owner(const RdsAddr& addr, uint16_t port) {
   if (!fd.ok()) return fd.status();
   pid_t p = LockHolder(*fd, port);
   if (p == -1) return absl::InternalError(absl::StrFormat("F_GETLK: %s", strerror(errno)));
-  if (p == -3) return 0;  // parked: nobody receives until a holder takes the socket over
+  if (p == -3) return kParkedPortOwner;
   if (p == -2) return absl::UnavailableError("port held by a process in another pid namespace");
   return p;
 }

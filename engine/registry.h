@@ -81,6 +81,10 @@ class HostRegistry {
   int SocketsFd();
 };
 
+// PortRegistry::Owner of a port whose socket is parked (engine/share.h): no
+// process receives for it until one of the socket's holders takes it over.
+inline constexpr pid_t kParkedPortOwner = -1;
+
 // The port space of one network namespace.
 class PortRegistry {
  public:
@@ -99,7 +103,8 @@ class PortRegistry {
   // parker when nobody else holds the socket): the port becomes this
   // process's again and `ofd` is closed.
   absl::Status TakeParkedPort(const RdsAddr& addr, uint16_t port, int ofd);
-  // The pid holding (addr, port), 0 if none or parked (own locks are invisible).
+  // The pid holding (addr, port), 0 if none, kParkedPortOwner if its socket is
+  // parked (own locks are invisible).
   absl::StatusOr<pid_t> Owner(const RdsAddr& addr, uint16_t port);
 
   uint64_t BindGeneration() const { return gen_->load(std::memory_order_acquire); }

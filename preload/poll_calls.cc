@@ -59,9 +59,21 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
   std::optional<absl::Time> deadline;
   if (timeout != nullptr) deadline = absl::Now() + absl::DurationFromTimespec(*timeout);
   rds::Waiter& waiter = rds::Waiter::ForThisThread();
+  // A socket owned by another process (engine/share.h) changes there: its
+  // backing fd, readable while the owner has messages queued, is polled for
+  // them; what else may change (send space, congestion) is looked at again
+  // every 10 ms.
+  size_t remotes = 0;
+  bool remote_writes = false;
+  for (const auto& r : rds_fds) {
+    if (r.entry->state == FdEntry::State::kOwned && r.entry->socket->remote.load()) {
+      ++remotes;
+      if (fds[r.index].events & (POLLOUT | POLLWRNORM | POLLWRBAND)) remote_writes = true;
+    }
+  }
   // Never more entries than the caller's (RLIMIT_NOFILE bounds nfds): the RDS
-  // ones are left out, our wake-up fd is added.
-  std::vector<pollfd> kernel(others.size() + 1);
+  // ones are left out, our wake-up fd and remote sockets' backing fds added.
+  std::vector<pollfd> kernel(others.size() + remotes + 1);
   int saved = errno;
   for (;;) {
     std::optional<rds::PollWatch> watch(std::in_place, waiter);
@@ -76,14 +88,21 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     // The kernel's view of everything else, plus our wake-up fd.
     nfds_t k = 0;
     for (nfds_t i : others) kernel[k++] = {fds[i].fd, fds[i].events, 0};
+    for (const auto& r : rds_fds) {
+      if (r.entry->state == FdEntry::State::kOwned && r.entry->socket->remote.load()) {
+        kernel[k++] = {fds[r.index].fd, POLLIN, 0};
+      }
+    }
     kernel[k++] = {waiter.fd(), POLLIN, 0};
     struct timespec zero = {0, 0};
     struct timespec left;
     const struct timespec* wait = nullptr;
     if (ready > 0) {
       wait = &zero;
-    } else if (deadline) {
-      absl::Duration d = std::max(*deadline - absl::Now(), absl::ZeroDuration());
+    } else if (deadline || remote_writes) {
+      absl::Duration d = deadline ? std::max(*deadline - absl::Now(), absl::ZeroDuration())
+                                  : absl::InfiniteDuration();
+      if (remote_writes) d = std::min(d, absl::Milliseconds(10));
       left = absl::ToTimespec(d);
       wait = &left;
     }

@@ -5,9 +5,11 @@
     within 2 s when another thread closes the socket's last fd (also with two readers, with
     SO_RCVTIMEO, and when the fd number is reused at once); with a dup still open the reader
     keeps waiting and still receives.
-(b) close_fork_probe fork and py_fork_child.py (os.fork in CPython): the child's inherited RDS
-    fds fail with EBADF and never hang, close works, a socket the child creates works; the
-    parent's sockets keep working after the child exited.
+(b) close_fork_probe fork and py_fork_child.py (os.fork in CPython): parent and child share each
+    socket as with kernel RDS — the child sends from, receives on and binds the inherited
+    sockets, the parent sees the child's bind; close works, a socket the child creates works;
+    the parent's sockets keep working after the child exited. (Many processes on one socket:
+    test_shared_sockets.py.)
 
 Each probe is a separate process with its own registry directory and a hard timeout.
 Expected run time: ~5 s.

@@ -46,13 +46,18 @@ TEST(ControlTest, ReplyIsShapedAsAPong) {
 TEST(ControlTest, ResumeAckRoundTripsAndIsOptional) {
   Hello h;
   h.ack = 0x0102030405060708ULL;
+  h.socket_id = 0x1112131415161718ULL;
   MessagePtr m = EncodeHello(h);
   EXPECT_EQ(DecodeHello(m->header, m->payload)->ack, h.ack);
-  // A hello that ends before the optional fields (ack, info option) means 0.
-  Payload without(m->payload.data(), m->payload.size() - sizeof(uint64_t) - sizeof(uint32_t));
+  EXPECT_EQ(DecodeHello(m->header, m->payload)->socket_id, h.socket_id);
+  // A hello that ends before the optional fields (ack, info option, socket
+  // id) means 0.
+  Payload without(m->payload.data(),
+                  m->payload.size() - 2 * sizeof(uint64_t) - sizeof(uint32_t));
   absl::StatusOr<Hello> old = DecodeHello(m->header, without);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->ack, 0u);
+  EXPECT_EQ(old->socket_id, 0u);
 }
 
 TEST(ControlTest, TruncatedOrForeignHelloIsRejected) {

@@ -1,0 +1,143 @@
+/* shared_echo.c — one RDS socket used by several processes, as kernel RDS shares it
+ * (DESIGN.md §2.4; issue 22 point 1). Plain C, as users' programs are.
+ *
+ *   shared_echo server ADDR PORT WORKERS
+ *       Pre-fork echo server: binds ADDR:PORT, forks WORKERS children that all block in
+ *       recvfrom() on the inherited socket and answer each request from it with
+ *       "<worker>:<request>", prints "ready" and exits at once (the parent goes first).
+ *       A worker exits on the request "quit".
+ *   shared_echo worker FD ID
+ *       One worker loop on an inherited descriptor FD (after exec), answering as "<ID>:...".
+ *   shared_echo client ADDR PORT COUNT
+ *       Binds ADDR:0 and sends COUNT requests "<pid>/<n>" one at a time, each answered within
+ *       10 s with "<worker>:<pid>/<n>"; prints "ok <count> <worker>=<n>..." or "FAIL ...".
+ *   shared_echo quit ADDR PORT N
+ *       Sends N "quit" requests.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#ifndef AF_RDS
+#define AF_RDS 21
+#endif
+
+static struct sockaddr_in addr_of(const char* ip, int port) {
+  struct sockaddr_in sin;
+  memset(&sin, 0, sizeof(sin));
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons((unsigned short)port);
+  if (inet_pton(AF_INET, ip, &sin.sin_addr) != 1) {
+    fprintf(stderr, "fatal: bad address %s\n", ip);
+    exit(2);
+  }
+  return sin;
+}
+
+static int bound_socket(const char* ip, int port) {
+  int fd = socket(AF_RDS, SOCK_SEQPACKET, 0);
+  if (fd < 0) {
+    printf("fatal: socket: %s\n", strerror(errno));
+    exit(1);
+  }
+  struct sockaddr_in sin = addr_of(ip, port);
+  if (bind(fd, (struct sockaddr*)&sin, sizeof(sin)) != 0) {
+    printf("fatal: bind %s:%d: %s\n", ip, port, strerror(errno));
+    exit(1);
+  }
+  return fd;
+}
+
+static int serve(int fd, int id) {
+  char buf[2048], out[2100];
+  for (;;) {
+    struct sockaddr_in from;
+    socklen_t len = sizeof(from);
+    ssize_t n = recvfrom(fd, buf, sizeof(buf) - 1, 0, (struct sockaddr*)&from, &len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      printf("FAIL worker %d: recvfrom: %s\n", id, strerror(errno));
+      fflush(stdout);
+      return 1;
+    }
+    buf[n] = 0;
+    if (strcmp(buf, "quit") == 0) return 0;
+    int m = snprintf(out, sizeof(out), "%d:%s", id, buf);
+    if (sendto(fd, out, (size_t)m, 0, (struct sockaddr*)&from, len) != m) {
+      printf("FAIL worker %d: sendto: %s\n", id, strerror(errno));
+      fflush(stdout);
+      return 1;
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 5 && strcmp(argv[1], "server") == 0) {
+    int fd = bound_socket(argv[2], atoi(argv[3]));
+    int workers = atoi(argv[4]);
+    for (int w = 0; w < workers; ++w) {
+      pid_t pid = fork();
+      if (pid < 0) {
+        printf("fatal: fork: %s\n", strerror(errno));
+        return 1;
+      }
+      if (pid == 0) _exit(serve(fd, w));
+    }
+    printf("ready\n");
+    return 0;  /* the parent goes first; the workers keep the socket */
+  }
+  if (argc == 4 && strcmp(argv[1], "worker") == 0) {
+    return serve(atoi(argv[2]), atoi(argv[3]));
+  }
+  if (argc == 5 && strcmp(argv[1], "client") == 0) {
+    int fd = bound_socket(argv[2], 0);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in dst = addr_of(argv[2], atoi(argv[3]));
+    long count = atol(argv[4]);
+    long per_worker[64] = {0};
+    char req[64], buf[2048];
+    for (long i = 0; i < count; ++i) {
+      int m = snprintf(req, sizeof(req), "%d/%ld", (int)getpid(), i);
+      if (sendto(fd, req, (size_t)m, 0, (struct sockaddr*)&dst, sizeof(dst)) != m) {
+        printf("FAIL sendto #%ld: %s\n", i, strerror(errno));
+        return 1;
+      }
+      ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+      if (n < 0) {
+        printf("FAIL no reply to #%ld: %s\n", i, strerror(errno));
+        return 1;
+      }
+      buf[n] = 0;
+      char* colon = strchr(buf, ':');
+      if (colon == NULL || strcmp(colon + 1, req) != 0) {
+        printf("FAIL reply to #%ld is \"%s\" (want \"<worker>:%s\")\n", i, buf, req);
+        return 1;
+      }
+      int w = atoi(buf);
+      if (w >= 0 && w < 64) per_worker[w]++;
+    }
+    printf("ok %ld", count);
+    for (int w = 0; w < 64; ++w) {
+      if (per_worker[w]) printf(" %d=%ld", w, per_worker[w]);
+    }
+    printf("\n");
+    return 0;
+  }
+  if (argc == 5 && strcmp(argv[1], "quit") == 0) {
+    int fd = bound_socket(argv[2], 0);
+    struct sockaddr_in dst = addr_of(argv[2], atoi(argv[3]));
+    for (int i = 0; i < atoi(argv[4]); ++i) sendto(fd, "quit", 4, 0, (struct sockaddr*)&dst, sizeof(dst));
+    return 0;
+  }
+  fprintf(stderr, "usage: see the header of shared_echo.c\n");
+  return 2;
+}

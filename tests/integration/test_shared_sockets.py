@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""One RDS socket used by several processes, as kernel RDS shares it (issue 22 point 1;
+DESIGN.md §2.4).
+
+1. Pre-fork echo servers: WORKERS processes answer requests on one socket they all hold, the
+   process that bound it having exited first; CLIENTS client processes send REQUESTS requests in
+   all, one at a time, and every reply must be the right one (none lost, none doubled: a missing
+   reply fails on its 10 s timeout, a doubled one is the wrong reply to the next request). The
+   workers get the socket by fork (C, and CPython's multiprocessing with fork), by a spawned
+   multiprocessing Pool (the socket pickled: SCM_RIGHTS from multiprocessing's resource sharer),
+   by subprocess with pass_fds (fork and exec), and over SCM_RIGHTS from a launcher. rdsctl shows
+   one socket on that port while they run, and the port is free once every worker closed it.
+2. exec keeps the socket: bound before exec, still bound after it (another process cannot take
+   the port meanwhile), with the messages queued before exec received after it, and those sent
+   between the two images (the socket parked) after them, in order.
+
+shared_echo.c and py_shared_server.py are the programs; each test has its own registry folder.
+Expected run time: ~30 s.
+"""
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+import itlib
+
+WORKERS = 4
+CLIENTS = 8
+REQUESTS = 100_000
+ADDR = "127.0.0.1"
+
+
+def echo():
+    return itlib.path_of("SHARED_ECHO")
+
+
+def server_script():
+    return itlib.script("py_shared_server.py")
+
+
+class SharedSockets(unittest.TestCase):
+    def setUp(self):
+        self.rundir = itlib.make_tmpdir(self.id().rsplit(".", 1)[-1])
+        self.port = random.randrange(20000, 30000)
+
+    def run_to_end(self, name, argv, timeout=60):
+        p = itlib.Proc(name, argv, self.rundir)
+        p.close_stdin()
+        rc = p.wait(timeout)
+        self.assertEqual(rc, 0, f"{name} exited {rc}\n{p.diag()}")
+        return p
+
+    def sockets_on_port(self):
+        doc = itlib.rdsctl_json(self, self.rundir)
+        endpoint = f"{ADDR}:{self.port}"
+        return [(e["pid"], s) for e in doc["engines"] for s in e["sockets"]
+                if s.get("bound") == endpoint]
+
+    def port_is_free(self):
+        code = ("import socket,sys\n"
+                "s=socket.socket(socket.AF_RDS,socket.SOCK_SEQPACKET)\n"
+                f"try:\n s.bind(('{ADDR}',{self.port}))\nexcept OSError as e:\n sys.exit(e.errno)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=itlib.preload_env(self.rundir),
+                           timeout=20)
+        return r.returncode == 0
+
+    def serve_and_check(self, launcher_argv):
+        launcher = itlib.Proc("launcher", launcher_argv, self.rundir)
+        launcher.close_stdin()
+        launcher.expect("ready", 60)
+        # The process that bound the socket goes first; its workers keep the socket (and its
+        # stdout: wait for the process, not for the end of its output).
+        self.assertEqual(launcher.p.wait(timeout=30), 0, launcher.diag())
+        # One socket, shown by the process that holds it; while the socket is between owners
+        # (parked until a worker's first call takes it over) none.
+        end = time.monotonic() + 10
+        while True:
+            owners = self.sockets_on_port()
+            self.assertLessEqual(len(owners), 1, f"rdsctl shows {len(owners)} sockets on port "
+                                                 f"{self.port}: {owners}")
+            if owners or time.monotonic() > end:
+                break
+            time.sleep(0.1)
+        per_client = REQUESTS // CLIENTS
+        start = time.monotonic()
+        clients = [itlib.Proc(f"client{i}", [echo(), "client", ADDR, self.port, per_client],
+                              self.rundir) for i in range(CLIENTS)]
+        answered = {}
+        for c in clients:
+            c.close_stdin()
+            rc = c.wait(120)
+            ok = [l for l in c.lines if l.startswith("ok ")]
+            self.assertTrue(rc == 0 and ok, f"{c.name} exited {rc}\n{c.diag()}")
+            fields = ok[0].split()
+            self.assertEqual(int(fields[1]), per_client)
+            for w, n in (f.split("=") for f in fields[2:]):
+                answered[w] = answered.get(w, 0) + int(n)
+        itlib.log(f"{REQUESTS} requests in {time.monotonic() - start:.1f} s; by worker {answered}")
+        self.assertEqual(sum(answered.values()), REQUESTS)
+        self.assertGreaterEqual(len(answered), 2, f"only one worker answered: {answered}")
+        self.assertEqual(len(self.sockets_on_port()), 1)
+        # The socket lives until its last holder closes it: then the port is free.
+        self.run_to_end("quit", [echo(), "quit", ADDR, self.port, WORKERS])
+        end = time.monotonic() + 15
+        while not self.port_is_free():
+            self.assertLess(time.monotonic(), end, f"port {self.port} still taken after every "
+                                                   f"worker quit: {self.sockets_on_port()}")
+            time.sleep(0.2)
+
+    def test_prefork_c(self):
+        self.serve_and_check([echo(), "server", ADDR, self.port, WORKERS])
+
+    def test_multiprocessing_fork(self):
+        self.serve_and_check([sys.executable, server_script(), "mp-fork", ADDR, self.port, WORKERS])
+
+    def test_multiprocessing_spawn_pool(self):
+        self.serve_and_check([sys.executable, server_script(), "mp-spawn", ADDR, self.port,
+                              WORKERS])
+
+    def test_subprocess_pass_fds(self):
+        self.serve_and_check([sys.executable, server_script(), "subprocess", ADDR, self.port,
+                              WORKERS])
+
+    def test_scm_rights(self):
+        self.serve_and_check([sys.executable, server_script(), "scm", ADDR, self.port, WORKERS])
+
+    def send_three(self, name, text):
+        code = ("import socket\n"
+                "c=socket.socket(socket.AF_RDS,socket.SOCK_SEQPACKET)\n"
+                f"c.bind(('{ADDR}',0))\n"
+                f"for i in range(3): c.sendto(b'{text}%d'%i,('{ADDR}',{self.port}))\n")
+        self.run_to_end(name, [sys.executable, "-c", code])
+
+    def test_exec_keeps_binding_and_queue(self):
+        p = itlib.Proc("exec", [sys.executable, server_script(), "exec", ADDR, self.port],
+                       self.rundir)
+        p.expect("bound", 30)
+        self.send_three("before-exec", "queued")
+        p.send("go")
+        p.expect("image", 30)
+        # Between the two images the socket is parked: its port stays taken, and messages sent
+        # now wait for the new image.
+        self.assertFalse(self.port_is_free(), "the port was free while the socket was parked")
+        # (They wait in the sender's engine until the socket has an owner again: the sender
+        # stays until then — DESIGN.md §7.)
+        code = ("import socket,sys\n"
+                "c=socket.socket(socket.AF_RDS,socket.SOCK_SEQPACKET)\n"
+                f"c.bind(('{ADDR}',0))\n"
+                f"for i in range(3): c.sendto(b'late%d'%i,('{ADDR}',{self.port}))\n"
+                "print('sent', flush=True)\n"
+                "sys.stdin.readline()\n")
+        sender = itlib.Proc("during-exec", [sys.executable, "-c", code], self.rundir)
+        sender.expect("sent", 30)
+        p.send("read")
+        self.assertEqual(p.expect("port ", 30), f"port {self.port}")
+        got = []
+        while True:
+            line = p.expect(("got ", "done"), 30)
+            if line == "done":
+                break
+            got.append(line[4:])
+        self.assertEqual(got, ["queued0", "queued1", "queued2", "late0", "late1", "late2"], p.diag())
+        self.assertEqual(p.wait(30), 0, p.diag())
+        sender.close_stdin()
+        self.assertEqual(sender.wait(30), 0, sender.diag())
+
+if __name__ == "__main__":
+    itlib.run_tests(240)
