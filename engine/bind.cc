@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "engine/sync.h"
@@ -55,7 +56,7 @@ absl::Status TakePort(RdsSocket& rs, const RdsAddr& addr, uint16_t port)
   if (auto it = table().sockets.find(key); it != table().sockets.end() && !it->second.expired()) {
     return RdsError(EADDRINUSE);
   }
-  if (absl::Status s = rs.ns->ports().Lock(addr, port); !s.ok()) return s;
+  if (absl::Status s = rs.ns->ports().Lock(addr, port, rs.id); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -153,9 +154,11 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
 
 void Unbind(RdsSocket& rs) {
   std::optional<RdsEndpoint> bound;
+  int port_fd;
   {
     rds::MutexLock lock(&rs.mu);
     bound = rs.bound;
+    port_fd = std::exchange(rs.port_fd, -1);
   }
   if (!bound) return;
   rds::MutexLock table_lock(&table().mu);
@@ -163,6 +166,8 @@ void Unbind(RdsSocket& rs) {
   g_epoch.fetch_add(1, std::memory_order_release);
   rs.ns->ports().BumpPortGeneration(bound->addr, bound->port);
   rs.ns->ports().Unlock(bound->addr, bound->port);
+  // The open-file lock goes with the last descriptor of it, in any process.
+  if (port_fd >= 0) sys::CloseInternal(port_fd);
   rs.ns->ports().BumpBindGeneration();
 }
 
@@ -194,11 +199,11 @@ absl::Status BindTakenOver(RdsSocket& rs, int parked_port_fd) {
   }
   rds::MutexLock table_lock(&table().mu);
   if (parked_port_fd >= 0) {
-    if (absl::Status s = rs.ns->ports().TakeParkedPort(bound->addr, bound->port, parked_port_fd);
-        !s.ok()) {
-      return s;
-    }
-  } else if (absl::Status s = rs.ns->ports().Lock(bound->addr, bound->port); !s.ok()) {
+    // The port stays held by the open-file lock the holders share.
+    rds::MutexLock lock(&rs.mu);
+    rs.port_fd = parked_port_fd;
+    rs.ns->ports().SetPortSocket(bound->addr, bound->port, rs.id);
+  } else if (absl::Status s = rs.ns->ports().Lock(bound->addr, bound->port, rs.id); !s.ok()) {
     return s;
   }
   table().sockets[BindKey{rs.ns->key(), *bound}] = rs.weak_from_this();

@@ -30,9 +30,9 @@ void Unbind(RdsSocket& rs);
 // table without giving up its port (its lock went with it, and the port's
 // generation stays: it is the same binding).
 void UnbindParked(RdsSocket& rs);
-// A socket taken over with its binding (`rs.bound` set): enters the table
-// and takes the port back from the parked lock `parked_port_fd` (closed), or
-// afresh if -1. The port's generation stays.
+// A socket taken over with its binding (`rs.bound` set): enters the table,
+// its port held by the shared open-file lock `parked_port_fd` (kept as
+// rs.port_fd), or taken afresh if -1. The port's generation stays.
 absl::Status BindTakenOver(RdsSocket& rs, int parked_port_fd);
 
 // The bound socket of this process at (ns, addr, port), or null.

@@ -35,6 +35,31 @@ int SetLock(int fd, short type, off_t offset) {
   return sys::FcntlLock(fd, F_SETLK, &fl);
 }
 
+// Port locks are open-file-description locks (F_OFD_*): POSIX record locks
+// are all released when the process closes *any* descriptor of the file,
+// and a process closes descriptors of a ports file (a shared socket's lock,
+// engine/share.h) while it holds other ports there.
+int SetOfdLock(int fd, short type, off_t offset) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  return sys::FcntlLock(fd, F_OFD_SETLK, &fl);
+}
+
+// 1 if another open file description has a lock on `offset`, 0 if none,
+// -1 on error.
+int OfdLocked(int fd, off_t offset) {
+  struct flock fl = {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = offset;
+  fl.l_len = 1;
+  if (sys::FcntlLock(fd, F_OFD_GETLK, &fl) != 0) return -1;
+  return fl.l_type == F_UNLCK ? 0 : 1;
+}
+
 // Pid of another process's lock on `offset`, 0 if none, -1 on error.
 pid_t LockHolder(int fd, off_t offset) {
   struct flock fl = {};
@@ -215,12 +240,16 @@ PortRegistry::PortRegistry(std::string dir, int gen_fd, std::atomic<uint64_t>* g
     : dir_(std::move(dir)), gen_fd_(gen_fd), gen_(gen) {}
 
 constexpr size_t kPortGensBytes = 65536 * sizeof(uint32_t);
+// After the generations: per port, the socket whose open-file lock holds it
+// (a shared socket's, engine/share.h), to find that socket's owner.
+constexpr size_t kPortSocketsBytes = 65536 * sizeof(uint64_t);
+constexpr size_t kPortsFileBytes = kPortGensBytes + kPortSocketsBytes;
 
 PortRegistry::~PortRegistry() {
   munmap(gen_, sizeof(uint64_t));
   sys::CloseInternal(gen_fd_);
   for (auto& [addr, f] : files_) {
-    if (f.port_gens) munmap(f.port_gens, kPortGensBytes);
+    if (f.port_gens) munmap(f.port_gens, f.mapped);
     sys::CloseInternal(f.fd);
   }
 }
@@ -236,13 +265,22 @@ absl::StatusOr<PortRegistry::AddrFile> PortRegistry::File(const RdsAddr& addr) {
                                                strerror(errno)));
   }
   struct stat st;
-  if (fstat(f.fd, &st) == 0 && st.st_size < static_cast<off_t>(kPortGensBytes)) {
-    if (ftruncate(f.fd, kPortGensBytes) != 0) {
+  if (fstat(f.fd, &st) == 0 && st.st_size < static_cast<off_t>(kPortsFileBytes)) {
+    if (ftruncate(f.fd, kPortsFileBytes) != 0) {
       // Another user's file we may not grow: fine once its owner did.
     }
   }
-  void* map = mmap(nullptr, kPortGensBytes, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0);
-  if (map != MAP_FAILED) f.port_gens = static_cast<std::atomic<uint32_t>*>(map);
+  // A file made by an older version may hold the generations only.
+  const bool full = fstat(f.fd, &st) == 0 && st.st_size >= static_cast<off_t>(kPortsFileBytes);
+  f.mapped = full ? kPortsFileBytes : kPortGensBytes;
+  void* map = mmap(nullptr, f.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0);
+  if (map != MAP_FAILED) {
+    f.port_gens = static_cast<std::atomic<uint32_t>*>(map);
+    if (full) {
+      f.port_sockets = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(map) +
+                                                                kPortGensBytes);
+    }
+  }
   files_[addr] = f;
   return f;
 }
@@ -273,40 +311,48 @@ void PortRegistry::BumpPortGeneration(const RdsAddr& addr, uint16_t port) {
   if (f.ok() && f->port_gens) f->port_gens[port].fetch_add(1, std::memory_order_acq_rel);
 }
 
-absl::Status PortRegistry::Lock(const RdsAddr& addr, uint16_t port) {
+absl::Status PortRegistry::Lock(const RdsAddr& addr, uint16_t port, uint64_t id) {
   absl::StatusOr<int> fd = PortsFd(addr);
   if (!fd.ok()) return fd.status();
-  if (SetLock(*fd, F_WRLCK, port) == 0) return absl::OkStatus();
+  if (SetOfdLock(*fd, F_WRLCK, port) == 0) {
+    SetPortSocket(addr, port, id);
+    return absl::OkStatus();
+  }
   if (errno == EAGAIN || errno == EACCES) return RdsError(EADDRINUSE);
   return absl::InternalError(absl::StrFormat("port lock: %s", strerror(errno)));
 }
 
 void PortRegistry::Unlock(const RdsAddr& addr, uint16_t port) {
   absl::StatusOr<int> fd = PortsFd(addr);
-  if (fd.ok()) SetLock(*fd, F_UNLCK, port);
+  if (fd.ok()) SetOfdLock(*fd, F_UNLCK, port);
 }
 
 absl::StatusOr<pid_t> PortRegistry::Owner(const RdsAddr& addr, uint16_t port) {
-  absl::StatusOr<int> fd = PortsFd(addr);
-  if (!fd.ok()) return fd.status();
-  pid_t p = LockHolder(*fd, port);
-  if (p == -1) return absl::InternalError(absl::StrFormat("F_GETLK: %s", strerror(errno)));
-  if (p == -3) return kParkedPortOwner;
-  if (p == -2) return absl::UnavailableError("port held by a process in another pid namespace");
-  return p;
+  absl::StatusOr<AddrFile> f = File(addr);
+  if (!f.ok()) return f.status();
+  const int locked = OfdLocked(f->fd, port);
+  if (locked < 0) return absl::InternalError(absl::StrFormat("F_OFD_GETLK: %s", strerror(errno)));
+  if (locked == 0) return 0;
+  if (f->port_sockets == nullptr) return absl::UnavailableError("port sockets not mapped");
+  // The lock names no process: the socket recorded for the port does, through
+  // its ownership lock. A socket between owners (parked), or one whose
+  // binder has not recorded it yet, has none for the moment.
+  const pid_t owner = HostRegistry::Get().SocketOwner(f->port_sockets[port].load());
+  return owner > 0 ? owner : kParkedPortOwner;
 }
 
-absl::StatusOr<int> PortRegistry::ParkPort(const RdsAddr& addr, uint16_t port) {
+absl::StatusOr<int> PortRegistry::ParkPort(const RdsAddr& addr, uint16_t port, uint64_t id) {
   absl::StatusOr<int> fd = PortsFd(addr);
   if (!fd.ok()) return fd.status();
+  SetPortSocket(addr, port, id);
   // Shared locks do not conflict with each other and a bind's exclusive one
   // conflicts with both: the port stays taken at every step.
-  if (SetLock(*fd, F_RDLCK, port) != 0) {
+  if (SetOfdLock(*fd, F_RDLCK, port) != 0) {
     return absl::InternalError(absl::StrFormat("port lock: %s", strerror(errno)));
   }
   int ofd = sys::Open(absl::StrCat(dir_, "/", AddrFileName(addr)).c_str(), O_RDWR | O_CLOEXEC, 0);
   if (ofd < 0) {
-    SetLock(*fd, F_WRLCK, port);
+    SetOfdLock(*fd, F_WRLCK, port);
     return absl::InternalError(absl::StrFormat("cannot open port file: %s", strerror(errno)));
   }
   ofd = sys::MakeInternal(ofd);
@@ -318,24 +364,16 @@ absl::StatusOr<int> PortRegistry::ParkPort(const RdsAddr& addr, uint16_t port) {
   if (sys::FcntlLock(ofd, F_OFD_SETLK, &fl) != 0) {
     const int err = errno;
     sys::CloseInternal(ofd);
-    SetLock(*fd, F_WRLCK, port);
+    SetOfdLock(*fd, F_WRLCK, port);
     return absl::InternalError(absl::StrFormat("open-file port lock: %s", strerror(err)));
   }
-  SetLock(*fd, F_UNLCK, port);
+  SetOfdLock(*fd, F_UNLCK, port);
   return ofd;
 }
 
-absl::Status PortRegistry::TakeParkedPort(const RdsAddr& addr, uint16_t port, int ofd) {
-  absl::StatusOr<int> fd = PortsFd(addr);
-  if (!fd.ok()) return fd.status();
-  const bool shared = SetLock(*fd, F_RDLCK, port) == 0;
-  const int err = errno;
-  sys::CloseInternal(ofd);
-  if (!shared) return absl::InternalError(absl::StrFormat("port lock: %s", strerror(err)));
-  // Exclusive again, as a bind's; should another shared holder exist, the
-  // shared lock still keeps every bind out.
-  SetLock(*fd, F_WRLCK, port);
-  return absl::OkStatus();
+void PortRegistry::SetPortSocket(const RdsAddr& addr, uint16_t port, uint64_t id) {
+  absl::StatusOr<AddrFile> f = File(addr);
+  if (f.ok() && f->port_sockets) f->port_sockets[port].store(id);
 }
 
 }  // namespace rds

@@ -4,13 +4,18 @@
 // Kernel RDS has one bind table per netns; a user-space RDS has one engine per
 // process, so the table is kept in files under RDS_PRELOAD_RUNDIR with POSIX
 // record locks (kernel-rds.md §A.2 rules; DESIGN.md §4):
-//   ns-<dev>-<ino>/ports.<address>   byte p locked by the process bound to port p
+//   ns-<dev>-<ino>/ports.<address>   byte p locked (open-file lock) by the process bound to
+//                                     port p, or by the holders of a shared socket (share.h);
+//                                     the file's bytes hold each port's generation and socket
 //   ns-<dev>-<ino>/bindgen           a shared counter bumped by every bind/unbind
 //   sockets.lock                      byte <id> locked by the process owning socket <id>
 //   engine-<pid>.sock                 each engine's Unix listener
-// A lock dies with its process (crash-safe), F_GETLK names the holder, and
-// POSIX locks are not inherited by fork. Locks never conflict within one
-// process, so callers check their own process's tables first.
+// A lock dies with its process (crash-safe). A socket's lock is a POSIX
+// record lock: F_GETLK names its holder, and it is not inherited by fork. A
+// port's is an open-file lock (closing another descriptor of the file does
+// not drop it); the socket recorded for the port names its owner. Locks never
+// conflict within one process, so callers check their own process's tables
+// first.
 //
 // Thread-safety: safe for concurrent use.
 #ifndef RDS_ENGINE_REGISTRY_H_
@@ -92,17 +97,17 @@ class PortRegistry {
                                                              NetNsKey key);
   ~PortRegistry();
 
-  // Takes (addr, port) for this process. EADDRINUSE if another process has it.
-  absl::Status Lock(const RdsAddr& addr, uint16_t port);
+  // Takes (addr, port) for socket `id` of this process. EADDRINUSE if another
+  // process has it.
+  absl::Status Lock(const RdsAddr& addr, uint16_t port, uint64_t id);
   void Unlock(const RdsAddr& addr, uint16_t port);
-  // A socket is parked (engine/share.h): the port's lock moves from this
-  // process to a new open file description, returned (an internal fd, to be
-  // passed on), with the port taken at every step.
-  absl::StatusOr<int> ParkPort(const RdsAddr& addr, uint16_t port);
-  // The reverse, by the process that takes a parked socket over (or by the
-  // parker when nobody else holds the socket): the port becomes this
-  // process's again and `ofd` is closed.
-  absl::Status TakeParkedPort(const RdsAddr& addr, uint16_t port, int ofd);
+  // A socket other processes hold (engine/share.h): the port's lock moves
+  // from this process to a new open file description, returned (an internal
+  // fd, to be passed on: the lock lives while any process holds it), with the
+  // port taken at every step. `id` is recorded as the port's socket, whose
+  // owner Owner() then names.
+  absl::StatusOr<int> ParkPort(const RdsAddr& addr, uint16_t port, uint64_t id);
+  void SetPortSocket(const RdsAddr& addr, uint16_t port, uint64_t id);
   // The pid holding (addr, port), 0 if none, kParkedPortOwner if its socket is
   // parked (own locks are invisible).
   absl::StatusOr<pid_t> Owner(const RdsAddr& addr, uint16_t port);
@@ -124,6 +129,8 @@ class PortRegistry {
   struct AddrFile {
     int fd = -1;
     std::atomic<uint32_t>* port_gens = nullptr;  // 65536 counters, mmap'd
+    std::atomic<uint64_t>* port_sockets = nullptr;  // 65536 socket ids, after them
+    size_t mapped = 0;
   };
   absl::StatusOr<AddrFile> File(const RdsAddr& addr);
   absl::StatusOr<int> PortsFd(const RdsAddr& addr);

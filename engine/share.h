@@ -57,6 +57,10 @@ absl::Status SetSockOpt(RdsSocket& rs, int level, int name, const void* val, soc
 absl::StatusOr<int> GetSockOpt(RdsSocket& rs, int level, int name, void* val, socklen_t* len);
 absl::StatusOr<short> PollMask(RdsSocket& rs);
 absl::StatusOr<int> Ioctl(RdsSocket& rs, unsigned long request, void* arg);
+// The stream to a remote socket's owner (an internal fd), or -1: it becomes
+// readable (end of file) when the owner dies, so a wait for the socket
+// includes it.
+int OwnerLinkFd(RdsSocket& rs);
 // The last descriptor of a remote socket in this process was closed.
 void Detach(RdsSocket& rs);
 

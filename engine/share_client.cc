@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 #include "engine/abandon.h"
+#include "engine/bytes.h"
 #include "engine/control.h"
 #include "engine/errors.h"
 #include "engine/log.h"
@@ -65,7 +67,7 @@ bool TryTakeOverLocked(const std::shared_ptr<RdsSocket>& rs, Client& c)
   if (!HostRegistry::Get().ClaimSocket(rs->id).ok()) return false;  // another holder was first
   RegisterTakenOver(rs, c.backing);
   rs->remote.store(false, std::memory_order_release);
-  internal::TakeParkedState(rs, c.backing);
+  internal::TakeParkedState(rs, c.backing, c.bound, std::exchange(c.port_fd, -1));
   sys::CloseInternal(c.backing);
   c.backing = -1;
   rds::MutexLock lock(&remotes->mu);
@@ -99,10 +101,38 @@ absl::Status ConnectLocked(RdsSocket& rs, Client& c, pid_t owner) ABSL_EXCLUSIVE
     }
   }
   if (s.ok()) {
+    // 'A', the binding, and a descriptor of the lock that holds the port.
     pollfd p = {mine, POLLIN, 0};
-    char ack = 0;
-    if (sys::Poll(&p, 1, 2000) != 1 || sys::Read(mine, &ack, 1) != 1 || ack != 'A') {
+    uint8_t ack[64];
+    iovec in = {ack, sizeof(ack)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr msg = {};
+    msg.msg_iov = &in;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = sys::Poll(&p, 1, 2000) == 1 ? sys::Recvmsg(mine, &msg, MSG_CMSG_CLOEXEC) : -1;
+    int port_fd = -1;
+    if (cmsghdr* cm = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+        cm != nullptr && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+      std::memcpy(&port_fd, CMSG_DATA(cm), sizeof(int));
+      port_fd = sys::MakeInternal(port_fd);
+    }
+    bytes::Reader r(ack, n > 0 ? static_cast<size_t>(n) : 0);
+    const bool accepted = r.U8() == 'A';
+    std::optional<RdsEndpoint> bound;
+    if (r.U8()) {
+      bound.emplace();
+      bound->addr = r.Addr();
+      bound->port = r.U16();
+    }
+    if (!accepted || !r.ok()) {
+      if (port_fd >= 0) sys::CloseInternal(port_fd);
       s = absl::UnavailableError("the owner does not serve the socket");
+    } else {
+      if (c.port_fd >= 0) sys::CloseInternal(c.port_fd);
+      c.port_fd = port_fd;
+      c.bound = bound;
     }
   }
   if (!s.ok()) {
@@ -150,9 +180,15 @@ absl::StatusOr<Reply> Call(RdsSocket& rs, const Request& q) {
   }
 }
 
+// O_NONBLOCK is the open file's flag, shared by every process holding it: read
+// from the backing fd's copy.
 bool Blocking(RdsSocket& rs, int flags) {
   if (flags & MSG_DONTWAIT) return false;
-  rds::MutexLock lock(&rs.mu);
+  Client& c = *rs.share_client;
+  rds::MutexLock lock(&c.mu);
+  const int fl = c.backing >= 0 ? sys::Fcntl(c.backing, F_GETFL, 0) : -1;
+  if (fl >= 0) return !(fl & O_NONBLOCK);
+  rds::MutexLock slock(&rs.mu);
   return !rs.nonblocking;
 }
 
@@ -324,8 +360,9 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     if (!blocking || err != EAGAIN) return RdsError(err);
     if (first) deadline = DeadlineOf(p->timeout_us);
     first = false;
-    // The owner keeps the backing fd readable while it has messages queued.
-    pollfd pfd = {fd, POLLIN, 0};
+    // The owner keeps the backing fd readable while it has messages queued;
+    // the stream to it ends if it dies (nothing else ever comes on it).
+    pollfd pfd[2] = {{fd, POLLIN, 0}, {OwnerLinkFd(rs), POLLIN, 0}};
     struct timespec left;
     const struct timespec* wait = nullptr;
     if (deadline) {
@@ -334,7 +371,7 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
       left = absl::ToTimespec(d);
       wait = &left;
     }
-    int r = sys::Ppoll(&pfd, 1, wait, nullptr);
+    int r = sys::Ppoll(pfd, pfd[1].fd >= 0 ? 2 : 1, wait, nullptr);
     if (r < 0 && errno == EINTR && signals::Policy() != signals::Interrupted::kRestart) {
       return RdsError(EINTR);
     }
@@ -444,13 +481,20 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, unsigned long request, void* arg) {
   return static_cast<int>(p->result);
 }
 
+int OwnerLinkFd(RdsSocket& rs) {
+  if (!rs.share_client) return -1;
+  rds::MutexLock lock(&rs.share_client->mu);
+  return rs.share_client->conn;
+}
+
 void Detach(RdsSocket& rs) {
   Client& c = *rs.share_client;
   {
     rds::MutexLock lock(&c.mu);
     if (c.conn >= 0) sys::CloseInternal(c.conn);
     if (c.backing >= 0) sys::CloseInternal(c.backing);
-    c.conn = c.backing = -1;
+    if (c.port_fd >= 0) sys::CloseInternal(c.port_fd);
+    c.conn = c.backing = c.port_fd = -1;
   }
   rds::MutexLock lock(&remotes->mu);
   auto it = remotes->by_id.find(rs.id);

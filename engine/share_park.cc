@@ -1,5 +1,6 @@
 // engine/share_park.cc — parking a socket on its own backing fd when its
 // owner lets go of it, and taking a parked socket over (engine/share.h).
+#include <arpa/inet.h>
 #include <endian.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -7,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/bind.h"
@@ -119,22 +121,11 @@ void MarkShared(RdsSocket& rs) { rs.maybe_shared.store(true, std::memory_order_r
 bool Park(RdsSocket& rs) {
   if (!rs.maybe_shared.load(std::memory_order_acquire) || rs.remote.load()) return false;
   internal::StopServing(rs.id);
-  std::optional<RdsEndpoint> bound;
   {
     rds::MutexLock lock(&rs.mu);
     if (rs.released) return true;
-    bound = rs.bound;
   }
-  int port_fd = -1;
-  if (bound) {
-    absl::StatusOr<int> fd = rs.ns->ports().ParkPort(bound->addr, bound->port);
-    if (!fd.ok()) {
-      log::Warn("socket %016x: cannot hand its port on (%s); closed here instead", rs.id,
-                fd.status().message());
-      return false;
-    }
-    port_fd = *fd;
-  }
+  const int port_fd = internal::SharePort(rs);
   ParkedState st;
   {
     rds::MutexLock lock(&rs.mu);
@@ -145,7 +136,7 @@ bool Park(RdsSocket& rs) {
   int sender = state_fd >= 0 ? CreateTokenSender(*rs.ns) : -1;
   uint8_t note[share_wire::kParkedNoteSize];
   Note(rs.id, note);
-  int fds[2] = {state_fd, port_fd};
+  int fds[2] = {state_fd, port_fd};  // the port's lock: the state's holder gets a copy
   bool parked = sender >= 0 && SendToBackingFd(sender, rs.id, note, sizeof(note), fds,
                                                port_fd >= 0 ? 2 : 1);
   const int err = errno;
@@ -158,7 +149,6 @@ bool Park(RdsSocket& rs) {
       log::Warn("socket %016x: cannot hand it on to the other processes holding it (%s); "
                 "closed", rs.id, strerror(err));
     }
-    if (port_fd >= 0) (void)rs.ns->ports().TakeParkedPort(bound->addr, bound->port, port_fd);
     rds::MutexLock lock(&rs.mu);
     rs.released = false;
     for (MessagePtr& m : st.queue) {
@@ -167,7 +157,6 @@ bool Park(RdsSocket& rs) {
     }
     return false;
   }
-  if (port_fd >= 0) sys::CloseInternal(port_fd);
   log::Debug("socket %016x parked with %zu queued messages", rs.id, st.queue.size());
   // The rest of a release (socket.cc Release), but the port went with the state.
   bool has_sent;
@@ -176,6 +165,7 @@ bool Park(RdsSocket& rs) {
     has_sent = rs.has_sent;
     rs.cong_notify = 0;
     rs.cong_mask = 0;
+    if (rs.port_fd >= 0) sys::CloseInternal(std::exchange(rs.port_fd, -1));
     if (rs.token_sender >= 0) {
       sys::CloseInternal(rs.token_sender);
       rs.token_sender = -1;
@@ -199,7 +189,28 @@ void ParkAllBeforeImageEnds(bool exec) {
 
 namespace internal {
 
-void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd) {
+int SharePort(RdsSocket& rs) {
+  static rds::Mutex* mu = new rds::Mutex();  // one conversion at a time
+  rds::MutexLock share_lock(mu);
+  std::optional<RdsEndpoint> bound;
+  {
+    rds::MutexLock lock(&rs.mu);
+    if (rs.port_fd >= 0 || !rs.bound) return rs.port_fd;
+    bound = rs.bound;
+  }
+  absl::StatusOr<int> fd = rs.ns->ports().ParkPort(bound->addr, bound->port, rs.id);
+  if (!fd.ok()) {
+    log::Warn("socket %016x: cannot share its port with the other processes holding it (%s)",
+              rs.id, fd.status().message());
+    return -1;
+  }
+  rds::MutexLock lock(&rs.mu);
+  rs.port_fd = *fd;
+  return rs.port_fd;
+}
+
+void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
+                     const std::optional<RdsEndpoint>& known_bound, int known_port_fd) {
   int state_fd = -1;
   int port_fd = -1;
   for (;;) {
@@ -235,11 +246,37 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd) {
     for (int f : fds) sys::Close(f);  // a readiness token, or something stray
   }
   if (state_fd < 0) {
+    if (!known_bound || known_port_fd < 0) {
+      if (known_port_fd >= 0) sys::CloseInternal(known_port_fd);
+      log::Warn("socket %016x: the process that owned it ended without handing it on (killed?); "
+                "this process takes it over unbound, without the messages that were queued",
+                rs->id);
+      return;
+    }
     log::Warn("socket %016x: the process that owned it ended without handing it on (killed?); "
-              "this process takes it over unbound, without the messages that were queued",
-              rs->id);
+              "this process takes it over, bound to %s:%u, without the messages that were "
+              "queued and with default options", rs->id, known_bound->addr.ToString(),
+              known_bound->port);
+    {
+      rds::MutexLock lock(&rs->mu);
+      rs->bound = known_bound;
+      const RdsAddr& a = known_bound->addr;
+      in6_addr v6 = a.V6();
+      const bool loopback =
+          a.IsV4Mapped() ? (ntohl(a.V4().s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&v6);
+      rs->transport = loopback ? kTransLoop : kTransTcp;
+    }
+    if (absl::Status s = BindTakenOver(*rs, known_port_fd); !s.ok()) {
+      log::Warn("socket %016x: cannot take its port back (%s); it is unbound now", rs->id,
+                s.message());
+      rds::MutexLock lock(&rs->mu);
+      rs->bound.reset();
+    }
+    MarkShared(*rs);
+    WatchWithEpoll(*rs, fd);
     return;
   }
+  if (known_port_fd >= 0) sys::CloseInternal(known_port_fd);
   absl::StatusOr<ParkedState> st = ReadStateFile(state_fd);
   sys::CloseInternal(state_fd);
   if (!st.ok() || st->id != rs->id) {

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "engine/abandon.h"
 #include "engine/bind.h"
+#include "engine/bytes.h"
 #include "engine/errors.h"
 #include "engine/log.h"
 #include "engine/readiness.h"
@@ -214,8 +215,26 @@ bool Introduce(Conn& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
     sys::Close(fd);
   }
   c.introduced = true;
-  const char ok = 'A';
-  return sys::Sendto(c.fd, &ok, 1, MSG_NOSIGNAL, nullptr, 0) == 1;
+  // The answer: 'A', then the socket's binding, with a descriptor of the
+  // open-file lock that holds its port (internal::SharePort), so that the
+  // binding outlives this process should it be killed.
+  std::optional<RdsEndpoint> bound;
+  const int port_fd = internal::SharePort(*c.rs);
+  {
+    rds::MutexLock lock(&c.rs->mu);
+    bound = c.rs->bound;
+  }
+  bytes::Writer w;
+  w.U8('A');
+  w.U8(bound.has_value());
+  if (bound) {
+    w.Addr(bound->addr);
+    w.U16(bound->port);
+  }
+  std::vector<uint8_t> ack = w.Take();
+  iovec out = {ack.data(), ack.size()};
+  return sys::SendmsgPassingFd(c.fd, &out, 1, bound ? port_fd : -1, MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(ack.size());
 }
 
 // Runs one call arriving on connection `fd`. False drops the connection.

@@ -71,6 +71,10 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   bool released ABSL_GUARDED_BY(mu) = false;
   bool nonblocking ABSL_GUARDED_BY(mu);
   std::optional<RdsEndpoint> bound ABSL_GUARDED_BY(mu);
+  // A socket other processes hold keeps its port with an open-file lock that
+  // every holder has a descriptor of (engine/share.h), so the port outlives
+  // any one of them: that internal fd, or -1 (the port is this process's).
+  int port_fd ABSL_GUARDED_BY(mu) = -1;
   std::optional<RdsEndpoint> connected ABSL_GUARDED_BY(mu);
   int transport ABSL_GUARDED_BY(mu) = kTransNone;
   // SO_SNDBUF/SO_RCVBUF as the kernel stores them (twice the requested value);

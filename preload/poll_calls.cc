@@ -17,6 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/engine.h"
+#include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/usercopy.h"
 #include "engine/waiter.h"
@@ -73,7 +74,7 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
   }
   // Never more entries than the caller's (RLIMIT_NOFILE bounds nfds): the RDS
   // ones are left out, our wake-up fd and remote sockets' backing fds added.
-  std::vector<pollfd> kernel(others.size() + remotes + 1);
+  std::vector<pollfd> kernel(others.size() + 2 * remotes + 1);
   int saved = errno;
   for (;;) {
     std::optional<rds::PollWatch> watch(std::in_place, waiter);
@@ -91,6 +92,9 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     for (const auto& r : rds_fds) {
       if (r.entry->state == FdEntry::State::kOwned && r.entry->socket->remote.load()) {
         kernel[k++] = {fds[r.index].fd, POLLIN, 0};
+        // Ends if the owner dies: the socket is then taken over here.
+        const int owner_link = rds::share::OwnerLinkFd(*r.entry->socket);
+        if (owner_link >= 0) kernel[k++] = {owner_link, POLLIN, 0};
       }
     }
     kernel[k++] = {waiter.fd(), POLLIN, 0};
