@@ -61,8 +61,10 @@ void ResetEngineAfterFork() {
 }
 
 void ResetEngineAfterLostFds(int overwritten) {
-  // The loop first: from now on its thread and drivers touch no fd.
+  // The loop and the sharing server first: from now on their threads touch
+  // no fd.
   Engine::AbandonAfterLostFds();
+  share::ResetAfterFork();
   if (overwritten >= 0) {
     sys::ForEachInternal([overwritten](int fd) {
       if (fd != overwritten) sys::Close(fd);
@@ -75,7 +77,6 @@ void ResetEngineAfterLostFds(int overwritten) {
   ShmArena::ResetAfterFork();
   PeerArena::ResetAfterFork();
   ResetSocketListAfterFork();
-  share::ResetAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();
   Waiter::ReplaceAllAfterLostFds();

@@ -147,6 +147,14 @@ bool SendToBackingFd(int sender_fd, uint64_t id, const void* data, size_t n, con
   return sys::Sendmsg(sender_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(n);
 }
 
+bool BackingFdInUse(int sender_fd, uint64_t id) {
+  sockaddr_un sun;
+  socklen_t len = NameOf(id, &sun);
+  // A datagram socket connects to a name only while a socket is bound to it,
+  // and a bound socket's name goes only when its file does.
+  return sys::Connect(sender_fd, reinterpret_cast<sockaddr*>(&sun), len) == 0;
+}
+
 int DrainReadinessTokens(int fd) {
   int n = 0;
   char buf[16];

@@ -63,6 +63,11 @@ bool PostReadinessToken(int sender_fd, uint64_t id);
 bool SendToBackingFd(int sender_fd, uint64_t id, const void* data, size_t n, const int* fds,
                      int nfds);
 
+// True while some descriptor of socket `id`'s backing fd exists, in any
+// process (or in flight over SCM_RIGHTS). `sender_fd` is a fresh socket
+// from CreateTokenSender (it is connected by the test).
+bool BackingFdInUse(int sender_fd, uint64_t id);
+
 // Removes every queued token from `fd`. Returns how many were removed.
 int DrainReadinessTokens(int fd);
 

@@ -67,8 +67,13 @@ void Detach(RdsSocket& rs);
 // ---- The owner ----
 
 // The socket may have descriptors in other processes from now on (fork,
-// SCM_RIGHTS, a descriptor kept across exec): its release parks it.
+// SCM_RIGHTS, a descriptor kept across exec): its release parks it. Only
+// sets a flag: callable in a vfork child and in fork handlers.
 void MarkShared(RdsSocket& rs);
+// The same, from a process that holds `fd`, a descriptor of the socket, and
+// may start threads: keeps a copy of it (readiness is drained there) and
+// makes this process reachable by the others' calls (its engine's listener).
+void MarkShared(RdsSocket& rs, int fd);
 
 // Serves another process's calls on socket `id` over `conn` (an internal fd;
 // taken). Called by the engine for a kShareClient hello; never blocks.

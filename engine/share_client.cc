@@ -53,6 +53,7 @@ absl::Status AdoptedStatus() { return absl::AbortedError(kAdoptedMessage); }
 // This process's remote sockets, by id (a descriptor that arrives again, or
 // a dup, finds the same object).
 struct Remotes {
+  rds::Mutex attach_mu;  // AttachReceived, one at a time
   rds::Mutex mu;
   absl::flat_hash_map<uint64_t, std::weak_ptr<RdsSocket>> by_id ABSL_GUARDED_BY(mu);
 };
@@ -66,8 +67,10 @@ bool TryTakeOverLocked(const std::shared_ptr<RdsSocket>& rs, Client& c)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
   if (!HostRegistry::Get().ClaimSocket(rs->id).ok()) return false;  // another holder was first
   RegisterTakenOver(rs, c.backing);
-  rs->remote.store(false, std::memory_order_release);
   internal::TakeParkedState(rs, c.backing, c.bound, std::exchange(c.port_fd, -1));
+  // Local from now on, with its state in place: threads that find the flag
+  // clear run locally.
+  rs->remote.store(false, std::memory_order_release);
   sys::CloseInternal(c.backing);
   c.backing = -1;
   rds::MutexLock lock(&remotes->mu);
@@ -151,6 +154,7 @@ absl::StatusOr<Reply> Call(RdsSocket& rs, const Request& q) {
   const absl::Time give_up = absl::Now() + kFindOwnerFor;
   for (;;) {
     if (!rs.remote.load(std::memory_order_acquire)) return AdoptedStatus();
+    if (c.detached) return RdsError(EBADF);  // closed meanwhile in this process
     if (c.conn < 0) {
       const pid_t owner = HostRegistry::Get().SocketOwner(rs.id);
       absl::Status s;
@@ -225,6 +229,9 @@ bool Adopted(const absl::Status& s) {
 }
 
 absl::StatusOr<std::shared_ptr<RdsSocket>> AttachReceived(uint64_t id, int fd) {
+  // One at a time: this process's own ownership locks are invisible to it,
+  // so two threads attaching the same socket would both claim it.
+  rds::MutexLock attach_lock(&remotes->attach_mu);
   {
     rds::MutexLock lock(&remotes->mu);
     auto it = remotes->by_id.find(id);
@@ -333,27 +340,32 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
     if (!p.ok()) return p.status();
     if (p->result >= 0) {
       if (p->blobs.size() != 3) return RdsError(EIO);
+      // Never more than the caller offered room for, whatever the owner says.
       const std::vector<uint8_t>& data = p->blobs[0];
-      if (absl::Status s = usercopy::ToUserIov(iov->data(), iov->size(), data.data(), data.size());
+      if (absl::Status s = usercopy::ToUserIov(iov->data(), iov->size(), data.data(),
+                                               std::min<size_t>(data.size(), room));
           !s.ok()) {
         return s;
       }
       const std::vector<uint8_t>& name = p->blobs[1];
       if (!name.empty()) {
-        if (absl::Status s = usercopy::ToUser(msg.msg_name, name.data(), name.size()); !s.ok()) {
+        if (absl::Status s = usercopy::ToUser(msg.msg_name, name.data(),
+                                              std::min<size_t>(name.size(), q.arg[2]));
+            !s.ok()) {
           return s;
         }
       }
       const std::vector<uint8_t>& control = p->blobs[2];
-      if (!control.empty()) {
-        if (absl::Status s = usercopy::ToUser(msg.msg_control, control.data(), control.size());
+      const size_t control_used = std::min<size_t>(control.size(), q.arg[3]);
+      if (control_used > 0) {
+        if (absl::Status s = usercopy::ToUser(msg.msg_control, control.data(), control_used);
             !s.ok()) {
           return s;
         }
       }
       msg.msg_flags = p->out[0];
-      msg.msg_namelen = static_cast<socklen_t>(p->out[1]);
-      msg.msg_controllen = static_cast<size_t>(p->out[2]);
+      msg.msg_namelen = static_cast<socklen_t>(std::max(p->out[1], 0));
+      msg.msg_controllen = std::min<size_t>(std::max(p->out[2], 0), control_used);
       return static_cast<size_t>(p->result);
     }
     const int err = static_cast<int>(-p->result);
@@ -443,8 +455,10 @@ absl::StatusOr<int> GetSockOpt(RdsSocket& rs, int level, int name, void* val, so
   // The length is written back on success and where RDS_INFO says how much
   // room it needs.
   if (err == 0 || err == ENOSPC) {
-    if (p->blobs.size() == 1 && !p->blobs[0].empty()) {
-      if (absl::Status s = usercopy::ToUser(val, p->blobs[0].data(), p->blobs[0].size()); !s.ok()) {
+    if (p->blobs.size() == 1 && !p->blobs[0].empty() && room > 0) {
+      if (absl::Status s = usercopy::ToUser(
+              val, p->blobs[0].data(), std::min<size_t>(p->blobs[0].size(), room));
+          !s.ok()) {
         return s;
       }
     }
@@ -495,6 +509,7 @@ void Detach(RdsSocket& rs) {
     if (c.backing >= 0) sys::CloseInternal(c.backing);
     if (c.port_fd >= 0) sys::CloseInternal(c.port_fd);
     c.conn = c.backing = c.port_fd = -1;
+    c.detached = true;
   }
   rds::MutexLock lock(&remotes->mu);
   auto it = remotes->by_id.find(rs.id);

@@ -25,6 +25,7 @@ struct Client {
   // Should the owner die without handing the socket on, the binding lives on.
   std::optional<RdsEndpoint> bound ABSL_GUARDED_BY(mu);
   int port_fd ABSL_GUARDED_BY(mu) = -1;
+  bool detached ABSL_GUARDED_BY(mu) = false;  // its last descriptor here was closed
 };
 
 namespace internal {
@@ -33,6 +34,11 @@ namespace internal {
 // disconnected (they look for the socket again) and its copy of the backing
 // fd is closed. Waits for a call in progress on it.
 void StopServing(uint64_t id);
+
+// Keeps `fd` (an internal fd of the socket's backing file, taken) as the
+// owner's copy, rs.shared_fd, unless it has one already (then `fd` is
+// closed). True if it was taken.
+bool KeepSharedFd(RdsSocket& rs, int fd);
 
 // A bound socket other processes hold keeps its port with an open-file lock
 // (PortRegistry::ParkPort) that each holder gets a descriptor of, so that the

@@ -2,9 +2,11 @@
 // owner lets go of it, and taking a parked socket over (engine/share.h).
 #include <arpa/inet.h>
 #include <endian.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -104,6 +106,13 @@ int StateFile(const ParkedState& st) {
 absl::StatusOr<ParkedState> ReadStateFile(int fd) {
   struct stat st;
   if (fstat(fd, &st) != 0) return absl::InternalError("fstat of a parked state");
+  // Anyone in the namespace can send to the backing fd's name: only a state
+  // made by this user, of a plausible size, is taken.
+  if (st.st_uid != geteuid()) return absl::PermissionDeniedError("a parked state of another user");
+  constexpr off_t kMaxState = off_t{4} << 30;
+  if (st.st_size < 0 || st.st_size > kMaxState) {
+    return absl::InvalidArgumentError("an implausibly large parked state");
+  }
   std::vector<uint8_t> body(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < body.size()) {
@@ -114,23 +123,73 @@ absl::StatusOr<ParkedState> ReadStateFile(int fd) {
   return share_wire::DecodeParked(body);
 }
 
+// A socket this process took over: shared, with its own copy of the backing
+// fd, keeping readiness there for the other holders.
+void KeepAsShared(RdsSocket& rs, int fd) {
+  const int dup = sys::Fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup >= 0) internal::KeepSharedFd(rs, sys::MakeInternal(dup));
+  rs.maybe_shared.store(true, std::memory_order_release);
+  StartReadinessTokens(rs);
+}
+
 }  // namespace
 
 void MarkShared(RdsSocket& rs) { rs.maybe_shared.store(true, std::memory_order_release); }
 
+void MarkShared(RdsSocket& rs, int fd) {
+  MarkShared(rs);
+  if (rs.remote.load()) return;
+  bool have_copy;
+  {
+    rds::MutexLock lock(&rs.mu);
+    if (rs.released) return;
+    have_copy = rs.shared_fd >= 0;
+  }
+  if (!have_copy) {
+    const int dup = sys::Fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup >= 0) internal::KeepSharedFd(rs, sys::MakeInternal(dup));
+  }
+  // The other holders' calls come through the engine's listener.
+  if (absl::Status s = Engine::Get().Serve(rs.ns); !s.ok()) {
+    log::Warn("socket %016x: other processes cannot reach this one (%s)", rs.id, s.message());
+  }
+}
+
+// True if a descriptor of the socket exists outside this process (a child
+// started without fork, one in flight): asked of the kernel.
+bool HeldElsewhere(RdsSocket& rs) {
+  const int probe = CreateTokenSender(*rs.ns);
+  if (probe < 0) return false;
+  const bool held = BackingFdInUse(probe, rs.id);
+  sys::CloseInternal(probe);
+  return held;
+}
+
 bool Park(RdsSocket& rs) {
-  if (!rs.maybe_shared.load(std::memory_order_acquire) || rs.remote.load()) return false;
+  if (rs.remote.load()) return false;
   internal::StopServing(rs.id);
   {
     rds::MutexLock lock(&rs.mu);
     if (rs.released) return true;
   }
+  // A socket not known to be shared is parked only if some other descriptor
+  // of it lives (this process has none left when its last one was closed).
+  if (!rs.maybe_shared.load(std::memory_order_acquire) && !HeldElsewhere(rs)) return false;
   const int port_fd = internal::SharePort(rs);
   ParkedState st;
+  int shared_fd;
   {
     rds::MutexLock lock(&rs.mu);
     rs.released = true;  // deliveries from now on find it closed, as after a close
     st = TakeStateLocked(rs);
+    shared_fd = std::exchange(rs.shared_fd, -1);
+  }
+  // Readiness tokens fill the backing fd's queue (net.unix.max_dgram_qlen
+  // datagrams): none is posted any more, the ones there go, and our copy
+  // with them, so that the send below says whether anyone else holds it.
+  if (shared_fd >= 0) {
+    DrainReadinessTokens(shared_fd);
+    sys::CloseInternal(shared_fd);
   }
   int state_fd = StateFile(st);
   int sender = state_fd >= 0 ? CreateTokenSender(*rs.ns) : -1;
@@ -188,6 +247,17 @@ void ParkAllBeforeImageEnds(bool exec) {
 }
 
 namespace internal {
+
+bool KeepSharedFd(RdsSocket& rs, int fd) {
+  rds::MutexLock lock(&rs.mu);
+  if (rs.shared_fd < 0 && !rs.released) {
+    rs.shared_fd = fd;
+    rs.maybe_shared.store(true, std::memory_order_release);
+    return true;
+  }
+  sys::CloseInternal(fd);
+  return false;
+}
 
 int SharePort(RdsSocket& rs) {
   static rds::Mutex* mu = new rds::Mutex();  // one conversion at a time
@@ -272,8 +342,7 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
       rds::MutexLock lock(&rs->mu);
       rs->bound.reset();
     }
-    MarkShared(*rs);
-    WatchWithEpoll(*rs, fd);
+    KeepAsShared(*rs, fd);
     return;
   }
   if (known_port_fd >= 0) sys::CloseInternal(known_port_fd);
@@ -297,9 +366,7 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
     rs->bound.reset();
   }
   UpdateReceiveCongestion(*rs);
-  MarkShared(*rs);
-  // Other holders wait for messages on the backing fd's readiness.
-  WatchWithEpoll(*rs, fd);
+  KeepAsShared(*rs, fd);
   log::Debug("socket %016x taken over with %zu queued messages", rs->id, queued);
 }
 

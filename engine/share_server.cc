@@ -53,9 +53,13 @@ struct Conn {
 struct Server {
   rds::Mutex mu;  // held while a call runs
   std::vector<Conn> conns ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<uint64_t, int> backing ABSL_GUARDED_BY(mu);  // socket id → internal fd
-  int wake ABSL_GUARDED_BY(mu) = -1;  // eventfd: the set of connections changed
-  bool started ABSL_GUARDED_BY(mu) = false;
+  // Connections the engine thread handed over, taken into `conns` by the
+  // server thread: the engine thread never waits for a call to end (a call
+  // may wait for the engine thread, e.g. RDS_INFO).
+  rds::Mutex pending_mu;
+  std::vector<Conn> pending ABSL_GUARDED_BY(pending_mu);
+  bool started ABSL_GUARDED_BY(pending_mu) = false;
+  int wake = -1;  // eventfd: work arrived; set once when the thread starts
   // Fork child or lost fds (engine/fork.h): the thread leaves at its next
   // wake-up without touching an fd.
   std::atomic<bool> abandoned{false};
@@ -177,14 +181,8 @@ Reply Execute(RdsSocket& rs, int fd, const Request& q) {
   return p;
 }
 
-void DropConnLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
-  sys::CloseInternal(server->conns[i].fd);
-  server->conns[i] = std::move(server->conns.back());
-  server->conns.pop_back();
-}
-
 // The first message of a connection: one byte with the caller's backing fd.
-bool Introduce(Conn& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+bool Introduce(Conn& c) {
   char b;
   iovec iov = {&b, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
@@ -205,15 +203,10 @@ bool Introduce(Conn& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
     sys::Close(fd);
     return false;
   }
-  auto [it, fresh] = server->backing.try_emplace(c.rs->id, -1);
-  if (fresh) {
-    it->second = sys::MakeInternal(fd);
-    MarkShared(*c.rs);
-    // The caller waits for readiness on the backing fd.
-    WatchWithEpoll(*c.rs, it->second);
-  } else {
-    sys::Close(fd);
-  }
+  // The first copy is kept while the socket is shared (engine/share.h), and
+  // the caller waits for readiness on the backing fd.
+  internal::KeepSharedFd(*c.rs, sys::MakeInternal(fd));
+  if (!StartReadinessTokens(*c.rs)) return false;
   c.introduced = true;
   // The answer: 'A', then the socket's binding, with a descriptor of the
   // open-file lock that holds its port (internal::SharePort), so that the
@@ -237,28 +230,40 @@ bool Introduce(Conn& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
          static_cast<ssize_t>(ack.size());
 }
 
-// Runs one call arriving on connection `fd`. False drops the connection.
-bool HandleReadable(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+void DropConn(Server* self, size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu) {
+  sys::CloseInternal(self->conns[i].fd);
+  self->conns[i] = std::move(self->conns.back());
+  self->conns.pop_back();
+}
+
+// Runs one call arriving on connection `fd`; drops the connection when it
+// ends or misbehaves.
+void HandleReadable(Server* self, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu) {
   size_t i = 0;
-  while (i < server->conns.size() && server->conns[i].fd != fd) ++i;
-  if (i == server->conns.size()) return true;  // dropped meanwhile
-  Conn& c = server->conns[i];
+  while (i < self->conns.size() && self->conns[i].fd != fd) ++i;
+  if (i == self->conns.size()) return;  // dropped meanwhile
+  Conn& c = self->conns[i];
   bool ok;
   if (!c.introduced) {
     ok = Introduce(c);
   } else {
+    // A frame comes whole from a caller waiting for its answer; one that
+    // stalls half-way (a stopped process) is dropped after the socket's
+    // receive timeout (ServeClient), not waited for.
     absl::StatusOr<std::vector<uint8_t>> body = share_wire::ReadFrame(c.fd);
     absl::StatusOr<Request> q = body.ok() ? share_wire::DecodeRequest(*body)
                                           : absl::StatusOr<Request>(body.status());
     ok = q.ok();
     if (ok) {
-      auto b = server->backing.find(c.rs->id);
-      const int backing = b == server->backing.end() ? -1 : b->second;
-      ok = share_wire::WriteFrame(c.fd, share_wire::EncodeReply(Execute(*c.rs, backing, *q))).ok();
+      int shared_fd;
+      {
+        rds::MutexLock lock(&c.rs->mu);
+        shared_fd = c.rs->shared_fd;
+      }
+      ok = share_wire::WriteFrame(c.fd, share_wire::EncodeReply(Execute(*c.rs, shared_fd, *q))).ok();
     }
   }
-  if (!ok) DropConnLocked(i);
-  return ok;
+  if (!ok) DropConn(self, i);
 }
 
 void Run(Server* self) {
@@ -267,9 +272,15 @@ void Run(Server* self) {
     if (self->abandoned.load()) return;
     fds.clear();
     {
-      rds::MutexLock lock(&server->mu);
-      fds.push_back({server->wake, POLLIN, 0});
-      for (const Conn& c : server->conns) fds.push_back({c.fd, POLLIN, 0});
+      std::vector<Conn> arrived;
+      {
+        rds::MutexLock lock(&self->pending_mu);
+        arrived.swap(self->pending);
+      }
+      rds::MutexLock lock(&self->mu);
+      for (Conn& c : arrived) self->conns.push_back(std::move(c));
+      fds.push_back({self->wake, POLLIN, 0});
+      for (const Conn& c : self->conns) fds.push_back({c.fd, POLLIN, 0});
     }
     if (sys::Poll(fds.data(), fds.size(), -1) < 0) continue;
     if (self->abandoned.load()) return;
@@ -279,15 +290,15 @@ void Run(Server* self) {
     }
     for (size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
-      rds::MutexLock lock(&server->mu);
-      HandleReadable(fds[i].fd);
+      rds::MutexLock lock(&self->mu);
+      HandleReadable(self, fds[i].fd);
     }
   }
 }
 
-void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(server->mu) {
+void Wake(Server* self) {
   uint64_t one = 1;
-  if (server->wake >= 0) (void)sys::Write(server->wake, &one, sizeof(one));
+  if (self->wake >= 0) (void)sys::Write(self->wake, &one, sizeof(one));
 }
 
 }  // namespace
@@ -302,36 +313,51 @@ void ServeClient(uint64_t id, int conn) {
     sys::CloseInternal(conn);
     return;
   }
-  rds::MutexLock lock(&server->mu);
-  if (!server->started) {
-    server->wake = sys::MakeInternal(sys::EventFd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  // A caller that stops half-way through a frame (or stops reading its
+  // answer) is dropped rather than waited for.
+  const timeval limit = {2, 0};
+  sys::Setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  sys::Setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  Server* self = server;
+  rds::MutexLock lock(&self->pending_mu);
+  if (!self->started) {
+    self->wake = sys::MakeInternal(sys::EventFd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    std::thread(Run, server).detach();
+    std::thread(Run, self).detach();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    server->started = true;
+    self->started = true;
   }
-  server->conns.push_back({conn, std::move(rs)});
-  WakeLocked();
+  self->pending.push_back({conn, std::move(rs)});
+  Wake(self);
 }
 
 namespace internal {
 
 void StopServing(uint64_t id) {
-  rds::MutexLock lock(&server->mu);
-  for (size_t i = 0; i < server->conns.size();) {
-    if (server->conns[i].rs->id == id) {
-      DropConnLocked(i);
+  Server* self = server;
+  {
+    rds::MutexLock lock(&self->pending_mu);
+    for (size_t i = 0; i < self->pending.size();) {
+      if (self->pending[i].rs->id == id) {
+        sys::CloseInternal(self->pending[i].fd);
+        self->pending[i] = std::move(self->pending.back());
+        self->pending.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  rds::MutexLock lock(&self->mu);
+  for (size_t i = 0; i < self->conns.size();) {
+    if (self->conns[i].rs->id == id) {
+      DropConn(self, i);
     } else {
       ++i;
     }
   }
-  if (auto it = server->backing.find(id); it != server->backing.end()) {
-    sys::CloseInternal(it->second);
-    server->backing.erase(it);
-  }
-  WakeLocked();
+  Wake(self);
 }
 
 }  // namespace internal

@@ -122,7 +122,7 @@ namespace {
 
 // The backing fd's buffer sizes follow the same kernel rules (defaults,
 // doubling, net.core caps) as an RDS socket's, so they are the truth.
-void TakeBufferSizes(RdsSocket& rs, int fd) {
+void TakeBufferSizes(RdsSocket& rs, int fd, bool set_defaults = true) {
   const conf::Settings& cfg = conf::Get();
   int want[2] = {static_cast<int>(cfg.wmem_default / 2), static_cast<int>(cfg.rmem_default / 2)};
   int names[2] = {SO_SNDBUF, SO_RCVBUF};
@@ -130,7 +130,7 @@ void TakeBufferSizes(RdsSocket& rs, int fd) {
   for (int i = 0; i < 2; ++i) {
     socklen_t len = sizeof(int);
     sys::Getsockopt(fd, SOL_SOCKET, names[i], &have[i], &len);
-    if (have[i] != want[i] * 2) {
+    if (set_defaults && have[i] != want[i] * 2) {
       sys::Setsockopt(fd, SOL_SOCKET, names[i], &want[i], sizeof(int));
       len = sizeof(int);
       sys::Getsockopt(fd, SOL_SOCKET, names[i], &have[i], &len);
@@ -161,7 +161,8 @@ absl::StatusOr<std::shared_ptr<RdsSocket>> CreateSocket(uint64_t id, std::shared
 }
 
 void RegisterTakenOver(const std::shared_ptr<RdsSocket>& rs, int fd) {
-  TakeBufferSizes(*rs, fd);
+  // The shared file's sizes are the socket's (SO_SNDBUF/SO_RCVBUF act on it).
+  TakeBufferSizes(*rs, fd, /*set_defaults=*/false);
   AddToLiveList(rs);
 }
 
@@ -363,6 +364,10 @@ void Release(RdsSocket& rs) {
       sys::CloseInternal(rs.token_sender);
       rs.token_sender = -1;
     }
+    if (rs.shared_fd >= 0) {
+      sys::CloseInternal(rs.shared_fd);
+      rs.shared_fd = -1;
+    }
     rs.WakeWaitersLocked();
   }
   UpdateReceiveCongestion(rs);  // a released socket's bit is cleared (§A.10 step 3)
@@ -381,6 +386,10 @@ bool WatchWithEpoll(RdsSocket& rs, int fd) {
     absl::StatusOr<short> r = share::PollMask(rs);
     if (!share::Adopted(r.status())) return true;
   }
+  return StartReadinessTokens(rs);
+}
+
+bool StartReadinessTokens(RdsSocket& rs) {
   int sender = -1;
   {
     rds::MutexLock lock(&rs.mu);

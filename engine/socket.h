@@ -75,6 +75,10 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   // every holder has a descriptor of (engine/share.h), so the port outlives
   // any one of them: that internal fd, or -1 (the port is this process's).
   int port_fd ABSL_GUARDED_BY(mu) = -1;
+  // The owner's own copy of the backing fd while the socket is shared (an
+  // internal fd): readiness tokens are drained there, and other processes'
+  // calls run with it (engine/share.h).
+  int shared_fd ABSL_GUARDED_BY(mu) = -1;
   std::optional<RdsEndpoint> connected ABSL_GUARDED_BY(mu);
   int transport ABSL_GUARDED_BY(mu) = kTransNone;
   // SO_SNDBUF/SO_RCVBUF as the kernel stores them (twice the requested value);
@@ -203,6 +207,11 @@ absl::StatusOr<int> Ioctl(RdsSocket& rs, int fd, unsigned long request, void* ar
 
 // The socket's last fd was closed: the RDS close of §A.10.
 void Release(RdsSocket& rs);
+
+// Keeps readiness tokens on the socket's backing fd from now on (and raises
+// readiness if it is readable): for epoll, and for other processes holding
+// the socket (engine/share.h). False if the token sender cannot be made.
+bool StartReadinessTokens(RdsSocket& rs);
 
 // Marks a socket epoll-watched (readiness tokens from now on) and raises
 // readiness if it is readable. `fd` is the fd being registered. False when

@@ -217,6 +217,23 @@ void ReexamineAllAfterFork() {
   }
 }
 
+std::vector<std::pair<int, std::shared_ptr<RdsSocket>>> OwnedFds() {
+  std::vector<std::pair<int, std::shared_ptr<RdsSocket>>> out;
+  if (!AnyRds()) return out;
+  rds::MutexLock lock(&write_mu);
+  for (int c = 0; c < kChunks; ++c) {
+    Chunk* chunk = chunks[c].load();
+    if (chunk == nullptr) continue;
+    for (int i = 0; i < kChunkSize; ++i) {
+      Slot& s = chunk->slots[i];
+      if (!s.present.load()) continue;
+      std::shared_ptr<const FdEntry> e = s.entry.load();
+      if (e && e->state == FdEntry::State::kOwned) out.emplace_back(c * kChunkSize + i, e->socket);
+    }
+  }
+  return out;
+}
+
 void ReexamineReleased() {
   rds::MutexLock lock(&write_mu);
   auto pending = std::make_shared<FdEntry>(FdEntry{FdEntry::State::kPending, nullptr});

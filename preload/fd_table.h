@@ -12,6 +12,8 @@
 #define RDS_PRELOAD_FD_TABLE_H_
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "engine/socket.h"
 
@@ -84,6 +86,9 @@ void ReexamineReleased();
 // engine is gone); any other number is forgotten (it was closed too, or is
 // another file now).
 void ForgetLostAfterLostFds();
+
+// This process's RDS fds whose socket it uses (owned or remote), with it.
+std::vector<std::pair<int, std::shared_ptr<RdsSocket>>> OwnedFds();
 
 // Examines an fd that arrived from elsewhere (SCM_RIGHTS, exec, fork) and, if
 // it is an RDS fd, records it: this process's socket for it, a remote one

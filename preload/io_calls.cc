@@ -131,7 +131,7 @@ void NoteOutgoingRdsFds(const msghdr* umsg) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
       auto e = rds::preload::Lookup(fd);
-      if (e && e->state == FdEntry::State::kOwned) rds::share::MarkShared(*e->socket);
+      if (e && e->state == FdEntry::State::kOwned) rds::share::MarkShared(*e->socket, fd);
     }
   }
 }

@@ -2,6 +2,7 @@
 #include "preload/lifecycle.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -30,10 +31,10 @@ void PrepareFork() {
 }
 
 void ParentFork() {
-  // The child holds every descriptor this process has (engine/share.h).
-  MarkAllShared();
   ParentAfterFork();
   UnlockTableAfterFork();
+  // The child holds every descriptor this process has (engine/share.h).
+  for (auto& [fd, rs] : OwnedFds()) share::MarkShared(*rs, fd);
 }
 
 void ChildAfterFork() {
@@ -106,7 +107,17 @@ void FlushBeforeImageEnds(bool exiting) {
   if (Engine::IfRunning() != nullptr) {
     Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
   }
-  if (AnyRds()) share::ParkAllBeforeImageEnds(/*exec=*/!exiting);
+  if (AnyRds()) {
+    // A child started without fork (posix_spawn) holds the descriptors that
+    // lack FD_CLOEXEC: those sockets are handed on too.
+    if (exiting) {
+      for (auto& [fd, rs] : OwnedFds()) {
+        const int flags = sys::Fcntl(fd, F_GETFD, 0);
+        if (flags >= 0 && !(flags & FD_CLOEXEC)) share::MarkShared(*rs);
+      }
+    }
+    share::ParkAllBeforeImageEnds(/*exec=*/!exiting);
+  }
   // After exec the pid lives on, and a new image that uses RDS binds the file
   // again; should exec fail, this engine goes on serving. Only an exit removes it.
   if (exiting && Engine::IfRunning() != nullptr) Engine::WithdrawAtExit();

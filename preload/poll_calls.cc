@@ -91,7 +91,9 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
     for (nfds_t i : others) kernel[k++] = {fds[i].fd, fds[i].events, 0};
     for (const auto& r : rds_fds) {
       if (r.entry->state == FdEntry::State::kOwned && r.entry->socket->remote.load()) {
-        kernel[k++] = {fds[r.index].fd, POLLIN, 0};
+        // Readable while the owner has messages queued: watched only when
+        // the caller waits for that (else it would spin while they are).
+        if (fds[r.index].events & (POLLIN | POLLRDNORM)) kernel[k++] = {fds[r.index].fd, POLLIN, 0};
         // Ends if the owner dies: the socket is then taken over here.
         const int owner_link = rds::share::OwnerLinkFd(*r.entry->socket);
         if (owner_link >= 0) kernel[k++] = {owner_link, POLLIN, 0};
