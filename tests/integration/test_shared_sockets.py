@@ -12,7 +12,10 @@ DESIGN.md §2.4).
    one socket on that port while they run, and the port is free once every worker closed it.
 2. A worker holding the socket's state is killed: the port stays taken, another worker takes
    the socket over, and later requests are all answered.
-3. exec keeps the socket: bound before exec, still bound after it (another process cannot take
+3. Corner cases (py_share_cases.py): a hand-over with more messages queued than a Unix datagram
+   queue holds; an unbound socket bound by a fork child; a forwarded RDS_INFO while hundreds of
+   children attach (no deadlock).
+4. exec keeps the socket: bound before exec, still bound after it (another process cannot take
    the port meanwhile), with the messages queued before exec received after it, and those sent
    between the two images (the socket parked) after them, in order.
 
@@ -168,6 +171,38 @@ class SharedSockets(unittest.TestCase):
         while not self.port_is_free():
             self.assertLess(time.monotonic(), end, "port still taken after the workers quit")
             time.sleep(0.2)
+
+    def cases(self, *args, stdin=False):
+        p = itlib.Proc(args[0], [sys.executable, itlib.script("py_share_cases.py"), *args],
+                       self.rundir)
+        if not stdin:
+            p.close_stdin()
+        return p
+
+    def expect_ok(self, p, timeout=90):
+        rc = p.wait(timeout)
+        fails = [l for l in p.lines if l.startswith("FAIL")]
+        self.assertTrue(rc == 0 and not fails and any(l.startswith("ok") for l in p.lines),
+                        f"{p.name} exited {rc}\n{p.diag()}")
+
+    def test_handover_with_more_queued_than_a_datagram_queue_holds(self):
+        n = 40
+        p = self.cases("many-queued", self.port, n, stdin=True)
+        p.expect("ready", 30)
+        code = ("import socket\n"
+                "c=socket.socket(socket.AF_RDS,socket.SOCK_SEQPACKET)\n"
+                f"c.bind(('{ADDR}',0))\n"
+                f"for i in range({n}): c.sendto(b'%d'%i,('{ADDR}',{self.port}))\n")
+        self.run_to_end("sender", [sys.executable, "-c", code])
+        p.send("go")
+        line = p.expect(("ok", "FAIL"), 30)
+        self.assertTrue(line.startswith("ok"), f"{line}\n{p.diag()}")
+
+    def test_unbound_socket_bound_by_a_fork_child(self):
+        self.expect_ok(self.cases("unbound-fork", self.port))
+
+    def test_forwarded_info_while_children_attach(self):
+        self.expect_ok(self.cases("info-churn", self.port))
 
     def send_three(self, name, text):
         code = ("import socket\n"

@@ -1,0 +1,116 @@
+"""Runs under LD_PRELOAD (started by test_shared_sockets.py): corner cases of one RDS socket
+held by several processes (DESIGN.md §2.4). Prints "ok ..." or "FAIL ..." lines.
+
+  many-queued PORT N   The binder forks a child that makes one call on the socket (so the binder
+                       serves it), prints "ready", waits for "go" on stdin (N messages are sent to
+                       PORT meanwhile: more than a Unix datagram queue holds), then closes the
+                       socket and exits. The child then receives all N, in order.
+  unbound-fork PORT    An unbound socket is shared by fork; the child binds it to PORT; the parent
+                       sees it bound and receives on it.
+  info-churn PORT      While one child loops on a forwarded RDS_INFO getsockopt, another forks
+                       300 short-lived children that each make one call on the shared socket:
+                       nothing may hang.
+"""
+
+import os
+import select
+import socket
+import sys
+import time
+
+SOL_RDS = 276
+RDS_INFO_CONNECTIONS = 10001
+
+
+def rds():
+    return socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET)
+
+
+def many_queued(port, n):
+    s = rds()
+    s.bind(("127.0.0.1", port))
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(w)
+        try:
+            s.recvfrom(64, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        os.read(r, 1)  # EOF: the binder is gone
+        s.settimeout(5)
+        got = []
+        try:
+            while len(got) < n:
+                data, _ = s.recvfrom(64)
+                got.append(int(data))
+        except OSError as e:
+            print(f"FAIL child got {len(got)} of {n}: {e}", flush=True)
+            os._exit(1)
+        ok = got == list(range(n))
+        print(("ok" if ok else "FAIL") + f" child got {len(got)} of {n} in order={ok}", flush=True)
+        os._exit(0 if ok else 1)
+    os.close(r)
+    time.sleep(0.3)  # the child's first call has reached this process
+    print("ready", flush=True)
+    sys.stdin.readline()
+    s.close()
+    os._exit(0)  # the pipe's end goes with it
+
+
+def unbound_fork(port):
+    s = rds()
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        s.bind(("127.0.0.1", port))
+        os.write(w, b"b")
+        data, _ = s.recvfrom(64)  # answered below by the parent's own socket
+        os._exit(0 if data == b"ping" else 1)
+    os.read(r, 1)
+    name = s.getsockname()
+    print(("ok" if name[1] == port else "FAIL") + f" parent sees the child's bind: {name}",
+          flush=True)
+    c = rds()
+    c.bind(("127.0.0.1", 0))
+    c.sendto(b"ping", ("127.0.0.1", port))
+    _, status = os.waitpid(child, 0)
+    print(("ok" if status == 0 else "FAIL") + f" child received on its bind: status {status}",
+          flush=True)
+
+
+def info_churn(port):
+    s = rds()
+    s.bind(("127.0.0.1", port))
+    info = os.fork()
+    if info == 0:
+        for _ in range(3000):
+            s.getsockopt(SOL_RDS, RDS_INFO_CONNECTIONS, 65536)
+        os._exit(0)
+    churn = os.fork()
+    if churn == 0:
+        for _ in range(300):
+            g = os.fork()
+            if g == 0:
+                s.getsockname()
+                os._exit(0)
+            os.waitpid(g, 0)
+        os._exit(0)
+    end = time.monotonic() + 60
+    pending = {info, churn}
+    while pending and time.monotonic() < end:
+        for pid in list(pending):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                pending.discard(pid)
+        time.sleep(0.05)
+    print(("FAIL hung: " if pending else "ok no hang") + str(sorted(pending)), flush=True)
+
+
+if __name__ == "__main__":
+    cmd, port = sys.argv[1], int(sys.argv[2])
+    if cmd == "many-queued":
+        many_queued(port, int(sys.argv[3]))
+    elif cmd == "unbound-fork":
+        unbound_fork(port)
+    elif cmd == "info-churn":
+        info_churn(port)
