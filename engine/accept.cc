@@ -1,0 +1,282 @@
+// engine/accept.cc — accepting links and same-host requests: the Unix and
+// TCP listeners, hellos (link, route query, hand-off, RDS_INFO, reset,
+// socket sharing) and the link collision rule.
+//
+// Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
+#include "engine/engine.h"
+
+#include "engine/abandon.h"
+#include "engine/waiter.h"
+#include <signal.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/sync.h"
+#include "absl/time/clock.h"
+#include "conf/settings.h"
+#include "engine/bind.h"
+#include "engine/cong.h"
+#include "engine/direct_receive.h"
+#include "engine/errors.h"
+#include "engine/fault.h"
+#include "engine/info.h"
+#include "engine/fork.h"
+#include "engine/log.h"
+#include "engine/recv.h"
+#include "engine/registry.h"
+#include "engine/send.h"
+#include "engine/share.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+#include "engine/sys.h"
+#include "transports/tcp/tcp.h"
+#include "transports/unix/unix.h"
+#include "engine/engine_internal.h"
+
+namespace rds {
+
+namespace {
+
+// Same-host links come only from our own user unless RDS_PRELOAD_LINK_UIDS
+// names others (or "all").
+bool LinkAllowedFrom(uid_t uid) {
+  if (uid == getuid()) return true;
+  const std::string& allowed = conf::Get().link_uids;
+  if (allowed == "all") return true;
+  for (absl::string_view item : absl::StrSplit(allowed, ',', absl::SkipWhitespace())) {
+    uint32_t u;
+    if (absl::SimpleAtoi(item, &u) && u == uid) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Accepting links.
+
+void Engine::OnUnixAccept() {
+  int listener;
+  {
+    rds::MutexLock lock(&serve_mu_);
+    listener = unix_listener_;
+  }
+  for (;;) {
+    int fd = unix_link::Accept(listener);
+    if (fd < 0) return;
+    absl::StatusOr<uid_t> uid = unix_link::PeerUid(fd);
+    if (!uid.ok() || !LinkAllowedFrom(*uid)) {
+      log::Warn("refusing a same-host link from uid %d (see RDS_PRELOAD_LINK_UIDS)",
+                uid.ok() ? static_cast<int>(*uid) : -1);
+      stats::Inc(stats::kShimLinkRefused);
+      sys::CloseInternal(fd);
+      continue;
+    }
+    stats::Inc(stats::kShimConnAccepted);
+    WatchIncoming(StreamLink::Create(loop_, fd, false, /*accept_fds=*/true, "unix incoming"),
+                  nullptr);
+  }
+}
+
+void Engine::OnTcpAccept(const std::shared_ptr<NetNs>& ns, int listen_fd) {
+  for (;;) {
+    RdsEndpoint peer, local;
+    int fd = tcp::Accept(listen_fd, &peer, &local);
+    if (fd < 0) return;
+    stats::Inc(stats::kShimConnAccepted);
+    WatchIncoming(StreamLink::Create(loop_, fd, false, false,
+                                     absl::StrFormat("tcp incoming from %s:%d",
+                                                     peer.addr.ToString(), peer.port)),
+                  ns);
+  }
+}
+
+void Engine::WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<NetNs> tcp_ns) {
+  incoming_.insert(link);
+  std::weak_ptr<StreamLink> weak = link;
+  Link::Callbacks cb;
+  cb.on_message = [this, weak, tcp_ns](wire::Header&& h, Payload&& payload) {
+    auto l = weak.lock();
+    if (!l) return;
+    OnIncomingHello(l, tcp_ns, std::move(h), std::move(payload));
+  };
+  cb.on_closed = [this, weak](const absl::Status&) {
+    if (auto l = weak.lock()) incoming_.erase(l);
+  };
+  link->SetCallbacks(std::move(cb));
+}
+
+void Engine::Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
+                   uint32_t answer_pid, bool close_after, uint64_t ack) {
+  control::Hello r;
+  r.kind = control::HelloKind::kReply;
+  r.result = result;
+  r.pid = pid_;
+  r.gen = gen_;
+  r.uid = getuid();
+  r.answer_pid = answer_pid;
+  r.ack = ack;
+  link->Send(control::EncodeHello(r));
+  if (close_after) {
+    incoming_.erase(link);
+    link->CloseAfterFlush();
+  }
+}
+
+void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
+                             const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h,
+                             Payload&& payload) {
+  if (!incoming_.contains(link)) return;  // already handled; more bytes before our reply
+  absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
+  if (!hello.ok()) {
+    stats::Inc(stats::kShimConnDropBadInput);
+    log::Info("%s: not a shim hello (%s); closing", link->Describe(), hello.status().message());
+    incoming_.erase(link);
+    link->Close();
+    return;
+  }
+  switch (hello->kind) {
+    case control::HelloKind::kHandoff: {
+      int fd = link->TakeReceivedFd();
+      incoming_.erase(link);
+      link->Close();
+      std::shared_ptr<NetNs> ns = tcp_ns ? nullptr : ServedNetNs(hello->ns);
+      if (fd < 0 || !ns) {
+        if (fd >= 0) sys::CloseInternal(fd);
+        return;
+      }
+      stats::Inc(stats::kShimHandoffs);
+      auto tcp_link = StreamLink::Create(loop_, fd, false, false, "tcp handed over");
+      incoming_.insert(tcp_link);
+      control::Hello as_link = *hello;
+      as_link.kind = control::HelloKind::kLink;
+      AcceptLink(tcp_link, ns, as_link);
+      return;
+    }
+    case control::HelloKind::kShareClient: {
+      // Same-host only: another process holds a descriptor of one of our
+      // sockets; its calls come on the stream it passed (engine/share.h).
+      int fd = link->TakeReceivedFd();
+      incoming_.erase(link);
+      link->Close();
+      if (fd < 0) return;
+      if (tcp_ns) {
+        sys::CloseInternal(fd);
+        return;
+      }
+      share::ServeClient(hello->socket_id, fd);
+      return;
+    }
+    case control::HelloKind::kReset: {
+      // Same-host only: RDS_CONN_RESET made by another process of the host
+      // (the connection belongs to the namespace, not to one process).
+      incoming_.erase(link);
+      link->Close();
+      if (!tcp_ns) ResetConnections(hello->ns, hello->from_addr, hello->to_addr);
+      return;
+    }
+    case control::HelloKind::kInfo: {
+      // Same-host only: this engine's share of an RDS_INFO answer, or (option
+      // 0) its whole state as JSON for rdsctl, whatever the namespace.
+      std::shared_ptr<NetNs> ns = tcp_ns ? nullptr : ServedNetNs(hello->ns);
+      if (tcp_ns || (!ns && hello->info_option != 0)) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      absl::StatusOr<InfoItems> items =
+          hello->info_option == 0
+              ? absl::StatusOr<InfoItems>(InfoItems{1, {}})
+              : LocalInfoItems(static_cast<int>(hello->info_option), ns);
+      if (items.ok() && hello->info_option == 0) {
+        std::string json = EngineDumpJson();
+        items->bytes.assign(json.begin(), json.end());
+      }
+      if (!items.ok()) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      Reply(link, control::HelloResult::kAnswer, pid_, false);
+      for (MessagePtr& part :
+           control::EncodeInfoAnswer(static_cast<uint32_t>(items->each), std::move(items->bytes))) {
+        link->Send(std::move(part));
+      }
+      incoming_.erase(link);
+      link->CloseAfterFlush();
+      return;
+    }
+    case control::HelloKind::kQuery: {
+      if (!tcp_ns) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      Reply(link, control::HelloResult::kAnswer,
+            AnswerRouteQuery(tcp_ns, hello->to_addr, hello->query_port), true);
+      return;
+    }
+    case control::HelloKind::kLink: {
+      std::shared_ptr<NetNs> ns = tcp_ns ? tcp_ns : ServedNetNs(hello->ns);
+      if (!ns) {
+        Reply(link, control::HelloResult::kRefused, 0, true);
+        return;
+      }
+      if (hello->target_pid != pid_) {
+        if (!tcp_ns) {
+          Reply(link, control::HelloResult::kRefused, 0, true);
+          return;
+        }
+        // Hand the connection to the engine it is for (same host).
+        control::Hello handoff = *hello;
+        handoff.kind = control::HelloKind::kHandoff;
+        handoff.ns = ns->key();
+        absl::Status s = unix_link::HandOff(
+            HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(hello->target_pid)),
+            control::EncodeHello(handoff), link->fd());
+        if (s.ok()) {
+          incoming_.erase(link);
+          link->Close();
+        } else {
+          Reply(link, control::HelloResult::kNoEngine, 0, true);
+        }
+        return;
+      }
+      AcceptLink(link, ns, *hello);
+      return;
+    }
+    default:
+      stats::Inc(stats::kShimConnDropBadInput);
+      incoming_.erase(link);
+      link->Close();
+      return;
+  }
+}
+
+void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shared_ptr<NetNs>& ns,
+                        const control::Hello& h) {
+  Connection& c = GetConnection(ns, h.to_addr, h.from_addr);
+  Path& p = GetPath(c, h.pid, /*connect=*/false);
+  // A new link for a path that is up replaces it (the peer saw the old one
+  // fail first); AttachLink resends what the old one had not delivered.
+  if (p.connecting) {
+    // Both sides opened this path: the link opened by the smaller
+    // (address, pid) survives; data has flowed on neither.
+    bool ours_wins = std::tie(c.key.laddr, pid_) < std::tie(c.key.faddr, h.pid);
+    if (ours_wins) {
+      Reply(link, control::HelloResult::kRejectCollision, 0, true);
+      return;
+    }
+    p.connecting->Close();
+    p.connecting.reset();
+  }
+  incoming_.erase(link);
+  // A restarted peer (new generation) gets a fresh sequence space: no ack.
+  bool restarted = p.peer_gen != 0 && h.gen != p.peer_gen;
+  Reply(link, control::HelloResult::kAccept, 0, false, restarted ? 0 : p.rx_delivered);
+  AttachLink(p, link, h.gen, h.ack);
+}
+
+}  // namespace rds

@@ -1,0 +1,161 @@
+// engine/drain.cc — messages a closing socket or an ending process left:
+// the exit drain, RDS_CANCEL_SENT_TO, a closed sender's messages, and the
+// engine's socket file at exit.
+//
+// Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
+#include "engine/engine.h"
+
+#include "engine/abandon.h"
+#include "engine/waiter.h"
+#include <signal.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/sync.h"
+#include "absl/time/clock.h"
+#include "conf/settings.h"
+#include "engine/bind.h"
+#include "engine/cong.h"
+#include "engine/direct_receive.h"
+#include "engine/errors.h"
+#include "engine/fault.h"
+#include "engine/info.h"
+#include "engine/fork.h"
+#include "engine/log.h"
+#include "engine/recv.h"
+#include "engine/registry.h"
+#include "engine/send.h"
+#include "engine/share.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+#include "engine/sys.h"
+#include "transports/tcp/tcp.h"
+#include "transports/unix/unix.h"
+#include "engine/engine_internal.h"
+
+namespace rds {
+
+namespace {
+
+bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEndpoint>& dest) {
+  if (m->sender != rs) return false;
+  if (!dest) return true;
+  return m->daddr.bytes == dest->addr.bytes && m->header.dport == dest->port;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Exit.
+
+size_t Engine::PendingMessages() {
+  // A path that is down and whose reconnection has failed since (its
+  // back-off grew past the first step), or a route query whose connection
+  // failed, has no reachable peer: nothing to wait for at exit, where kernel
+  // RDS drops a closed socket's messages anyway (DESIGN.md §4.1).
+  size_t n = 0;
+  for (auto& [key, c] : connections_) {
+    const bool queries_fail = QueriesFail(*c);
+    for (auto& [port, q] : c->unresolved) n += queries_fail ? 0 : q.size();
+    for (auto& [pid, p] : c->paths) {
+      if (PathUnreachable(*p)) continue;
+      n += p->backlog.size() + p->unacked.size();
+    }
+  }
+  return n;
+}
+
+void Engine::PruneStaleEngineSockets() {
+  const int dirs = HostRegistry::Get().PruneUnusedNamespaceDirs();
+  if (dirs > 0) stats::Add(stats::kShimStaleNamespaceDirsPruned, static_cast<uint64_t>(dirs));
+  for (const auto& [pid, path] : HostRegistry::Get().OtherEngines()) {
+    absl::StatusOr<int> fd = unix_link::Connect(path);
+    if (fd.ok()) {
+      sys::CloseInternal(*fd);
+      continue;  // an engine listens there
+    }
+    // Refused (or gone): nobody listens. The pid is checked after the connect,
+    // so a new process with that pid would have bound a listening file first.
+    if (absl::IsNotFound(fd.status()) && kill(pid, 0) != 0 && errno == ESRCH) {
+      unlink(path.c_str());
+      stats::Inc(stats::kShimStaleEnginesPruned);
+    }
+  }
+}
+
+void Engine::WithdrawAtExit() {
+  Engine* e = IfRunning();
+  if (e == nullptr) return;
+  rds::MutexLock lock(&e->serve_mu_);
+  if (e->unix_listener_ < 0) return;
+  unlink(HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(e->pid_)).c_str());
+}
+
+void Engine::DrainAtExit(absl::Duration limit) {
+  Engine* e = IfRunning();
+  if (e == nullptr) return;
+  absl::Time deadline = absl::Now() + limit;
+  for (;;) {
+    auto pending = std::make_shared<std::atomic<size_t>>(~size_t{0});
+    auto done = std::make_shared<rds::Notification>();
+    e->loop_.Post([e, pending, done] {
+      pending->store(e->PendingMessages());
+      done->Notify();
+    });
+    if (!done->WaitForNotificationWithDeadline(deadline)) return;
+    if (pending->load() == 0 || absl::Now() >= deadline) return;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation.
+
+void Engine::CancelSentTo(std::shared_ptr<RdsSocket> rs, std::optional<RdsEndpoint> dest) {
+  RunOnLoopAndWait([this, rs, dest] {
+    auto cancel = [&](std::deque<MessagePtr>& q) {
+      for (MessagePtr& m : q) {
+        if (Matches(m, rs.get(), dest) && !m->cancelled.exchange(true)) {
+          DropMessage(m, stats::kShimSendDropCancelled);
+        }
+      }
+    };
+    for (auto& [key, c] : connections_) {
+      for (auto& [port, q] : c->unresolved) cancel(q);
+      for (auto& [pid, p] : c->paths) {
+        cancel(p->backlog);
+        cancel(p->unacked);
+      }
+    }
+  });
+}
+
+void Engine::ReleaseSender(std::shared_ptr<RdsSocket> rs) {
+  RunOnLoopAndWait([this, rs] {
+    for (auto& [key, c] : connections_) {
+      if (QueriesFail(*c)) {
+        for (auto& [port, q] : c->unresolved) DropClosedSenders(q, rs.get());
+      }
+      for (auto& [pid, p] : c->paths) {
+        if (PathUnreachable(*p)) DropClosedSenders(p->backlog, rs.get());
+      }
+    }
+  });
+}
+
+// Drops the messages of `only` (of every closed socket if null) from `q`:
+// their destination cannot be reached now, and their sender is gone.
+void Engine::DropClosedSenders(std::deque<MessagePtr>& q, const RdsSocket* only) {
+  for (MessagePtr& m : q) {
+    if (m->cancelled.load()) continue;
+    if (only != nullptr ? m->sender != only : !SenderClosed(*m)) continue;
+    if (!m->cancelled.exchange(true)) DropMessage(m, stats::kShimSendDropCancelled);
+  }
+}
+
+}  // namespace rds

@@ -1,0 +1,216 @@
+// engine/path_receive.cc — what arrives on a path (kernel recv.c's
+// rds_recv_incoming): data, acknowledgements, control messages, duplicate
+// suppression, delivery into the destination socket.
+//
+// Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
+#include "engine/engine.h"
+
+#include "engine/abandon.h"
+#include "engine/waiter.h"
+#include <signal.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/sync.h"
+#include "absl/time/clock.h"
+#include "conf/settings.h"
+#include "engine/bind.h"
+#include "engine/cong.h"
+#include "engine/direct_receive.h"
+#include "engine/errors.h"
+#include "engine/fault.h"
+#include "engine/info.h"
+#include "engine/fork.h"
+#include "engine/log.h"
+#include "engine/recv.h"
+#include "engine/registry.h"
+#include "engine/send.h"
+#include "engine/share.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+#include "engine/sys.h"
+#include "transports/tcp/tcp.h"
+#include "transports/unix/unix.h"
+#include "engine/engine_internal.h"
+
+namespace rds {
+
+namespace {
+
+// Received bytes after which a path acknowledges at once (OnPathMessage).
+constexpr uint64_t kStreamAckBytes = 512 * 1024;
+
+// A retransmission of a message delivered before its link broke (kernel
+// rds_recv_incoming drops it).
+bool AlreadyDelivered(const Path& p, const wire::Header& h) {
+  return (h.flags & wire::kFlagRetransmitted) && h.sequence < p.next_rx_seq;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Receiving on a path.
+
+void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
+  Connection& c = p.conn;
+  if (fault::Enabled() && fault::ResetAfterMessage(++p.rx_messages)) {
+    // Test-only: the link breaks before this message is processed.
+    p.link->Close();
+    OnPathDown(p, absl::AbortedError("fault injection"));
+    return;
+  }
+  if (h.ack != 0) OnAck(p, h.ack);
+  if (control::IsHello(h)) return;  // a stray hello on an open link is ignored
+  if (wire::IsShimControl(h)) {
+    absl::StatusOr<control::Control> ctl = control::DecodeControl(h, payload);
+    if (ctl.ok()) OnPathControl(p, *ctl);
+    return;
+  }
+  if (wire::IsCongMap(h)) {
+    stats::Inc(stats::kCongUpdateReceived);
+    // Any other length is ignored, as rds_tcp_cong_recv does.
+    if (h.len == wire::kCongMapBytes) {
+      CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, payload.data());
+    }
+    return;
+  }
+  if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) return;
+  if (AlreadyDelivered(p, h)) {
+    // Already delivered before the link broke (kernel rds_recv_incoming).
+    stats::Inc(stats::kRecvDropOldSeq);
+    ScheduleAck(p, /*urgent=*/true);
+    return;
+  }
+  p.next_rx_seq = h.sequence + 1;
+  if (!AcceptData(p, h, payload)) return;
+  p.rx_delivered = h.sequence;
+  p.rx_unacked_packets++;
+  p.rx_unacked_bytes += h.len;
+  const conf::Settings& cfg = conf::Get();
+  // Besides the kernel's rules: a bulk stream is acknowledged every
+  // kStreamAckBytes, as TCP acknowledges the bytes under kernel rds_tcp (its
+  // sender frees messages on TCP's acknowledgement): the sender's window of
+  // sndbuf bytes keeps moving instead of draining and refilling.
+  bool urgent =
+      (h.flags & wire::kFlagAckRequired) ||
+      p.rx_unacked_packets >= static_cast<uint64_t>(cfg.max_unacked_packets) ||
+      p.rx_unacked_bytes >= std::min(static_cast<uint64_t>(cfg.max_unacked_bytes), kStreamAckBytes);
+  ScheduleAck(p, urgent);
+}
+
+// Delivers a data message (ping, pong or to a socket). False if the message
+// was refused and must not be acknowledged (the link was reset).
+bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
+  Connection& c = p.conn;
+  if (h.dport == 0) {
+    stats::Inc(stats::kRecvPing);
+    if (!conf::Get().ping_enable || h.sport == 0) return true;
+    auto pong = NewMessage();
+    pong->header.sport = 0;
+    pong->header.dport = h.sport;
+    pong->saddr = c.key.laddr;
+    pong->daddr = c.key.faddr;
+    stats::Inc(stats::kSendPong);
+    PathSend(p, std::move(pong));
+    return true;
+  }
+  RdsSocket* rs = Destination(p, h.dport);
+  if (!rs) {
+    stats::Inc(stats::kRecvDropNoSock);
+    control::Control notice;
+    notice.op = control::Op::kPortUnreachable;
+    notice.port = h.dport;
+    SendControl(p, control::EncodeControl(notice));
+    return true;
+  }
+  auto m = NewMessage();
+  // Header seen and message complete: the read that brought its end.
+  m->rx_trace[0] = m->rx_trace[1] = p.link ? p.link->last_read_ns() : MonotonicNs();
+  m->header = h;
+  m->payload = std::move(payload);
+  m->saddr = c.key.faddr;
+  m->daddr = c.key.laddr;
+  if (DirectReceive* d = DirectReceive::LenderOf(m->payload)) {
+    // Read into the buffer of the recvmsg waiting for it: handed to that call
+    // alone. (Should that offer have gone meanwhile, the bytes move to a
+    // buffer of their own and the message is queued as usual.)
+    if (DeliverDirect(*rs, m, *d)) return true;
+    m->payload = Payload(m->payload.data(), m->payload.size());
+  }
+  if (Deliver(*rs, std::move(m), /*refuse_over_hard_limit=*/true) == DeliverResult::kRefused) {
+    // The peer ignores congestion and this socket's queue is far beyond its
+    // rcvbuf: refuse the message (unacknowledged, so it is retransmitted
+    // later) and reset the link. Memory stays bounded; nothing is lost.
+    stats::Inc(stats::kShimConnDropOverload);
+    log::Warn("%s: destination port %d is far over its receive buffer; resetting the link",
+              p.link->Describe(), h.dport);
+    p.next_rx_seq = h.sequence;  // the retransmission must be accepted
+    p.link->Close();
+    OnPathDown(p, absl::ResourceExhaustedError("receiver overloaded"));
+    return false;
+  }
+  return true;
+}
+
+RdsSocket* Engine::Destination(Path& p, uint16_t dport) {
+  auto& last = p.last_destination;
+  const uint64_t epoch = BindTableEpoch();
+  if (last.epoch != epoch || last.port != dport) {
+    last.socket = FindBound(p.conn.ns->key(), {p.conn.key.laddr, dport});
+    last.port = dport;
+    last.epoch = epoch;
+  }
+  return last.socket.get();
+}
+
+std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Reassembler& filler) {
+  // Data for a socket only (no pings, congestion maps, controls), and not a
+  // retransmission that will be dropped as already delivered.
+  if (h.dport == 0 || wire::HasExtHeaders(h) || wire::IsCongMap(h) || control::IsHello(h) ||
+      wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) {
+    return std::nullopt;
+  }
+  if (AlreadyDelivered(p, h)) return std::nullopt;
+  RdsSocket* rs = Destination(p, h.dport);
+  if (!rs) return std::nullopt;
+  rds::MutexLock lock(&rs->mu);
+  // Messages already queued come first: they are the waiting call's.
+  if (rs->direct == nullptr || rs->released || !rs->recv_queue.empty()) return std::nullopt;
+  return rs->direct->Lend(h.len, filler);
+}
+
+void Engine::OnPathControl(Path& p, const control::Control& ctl) {
+  Connection& c = p.conn;
+  switch (ctl.op) {
+    case control::Op::kRouteQuery: {
+      control::Control reply;
+      reply.op = control::Op::kRouteReply;
+      reply.query_id = ctl.query_id;
+      reply.port = ctl.port;
+      reply.owner_pid = AnswerRouteQuery(c.ns, c.key.laddr, ctl.port);
+      SendControl(p, control::EncodeControl(reply));
+      return;
+    }
+    case control::Op::kRouteReply:
+      OnRouteAnswer(c, ctl.port, ctl.owner_pid);
+      return;
+    case control::Op::kPortUnreachable:
+      c.routes.erase(ctl.port);
+      return;
+    case control::Op::kAck:
+      return;  // header.ack was applied on arrival
+    case control::Op::kInfoData:
+    case control::Op::kInfoDataPart:
+      return;  // only on rdsctl/RDS_INFO query links, never on a path
+    case control::Op::kArenaAnnounce:
+    case control::Op::kArenaRelease:
+      return;  // a same-host link consumes these itself; meaningless elsewhere
+  }
+}
+
+}  // namespace rds
