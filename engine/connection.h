@@ -100,6 +100,9 @@ class Connection {
   absl::flat_hash_map<uint32_t, std::unique_ptr<Path>> paths;
   absl::flat_hash_map<uint16_t, Route> routes;
   absl::flat_hash_map<uint16_t, std::deque<MessagePtr>> unresolved;
+  // Per port: how many messages a kMoved notice put back at the front of
+  // `unresolved` (they precede everything queued there since), until it empties.
+  absl::flat_hash_map<uint16_t, size_t> moved_front;
   absl::flat_hash_set<uint16_t> querying;       // route queries in flight
   std::shared_ptr<StreamLink> query_link;       // a TCP route query in flight
   uint16_t query_link_port = 0;

@@ -122,7 +122,7 @@ MessagePtr EncodeControl(const Control& c) {
 absl::StatusOr<Control> DecodeControl(const wire::Header& header, const Payload& payload) {
   std::optional<uint8_t> op = wire::ParseExtHeaders(header).shim_control;
   if (!wire::IsShimControl(header) || !op || *op < 1 ||
-      *op > static_cast<uint8_t>(Op::kArenaRelease)) {
+      *op > static_cast<uint8_t>(Op::kMoved)) {
     return absl::InvalidArgumentError("not a shim control message");
   }
   Reader r(payload.data(), payload.size());

@@ -86,6 +86,9 @@ enum class Op : uint8_t {
                          // `data` is its size (be64)
   kArenaRelease = 8,     // the receiver is done with these arena blocks: `data` is their
                          // offsets (be64 each)
+  kMoved = 9,            // these data messages (`data`: their sequences, be64 each) found
+                         // their port's socket handed to another process (engine/share.h):
+                         // not delivered here; the sender sends them again, to its new owner
 };
 
 struct Control {

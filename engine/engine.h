@@ -177,6 +177,9 @@ class Engine {
   // The socket a data message for port `dport` goes to, or null (cached per
   // path): valid until the next call for `p` or `p` goes down.
   RdsSocket* Destination(Path& p, uint16_t dport);
+  // The peer says message `seq` on `p` found its port's socket moved to
+  // another process: it is routed again, ahead of what waits for that port.
+  void Resend(Path& p, uint64_t seq);
   // A link read the header of a large payload: the buffer of a recvmsg
   // waiting for it, if any (engine/direct_receive.h).
   std::optional<Payload> DirectStorage(Path& p, const wire::Header& h, Reassembler& filler);

@@ -121,6 +121,16 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   }
   RdsSocket* rs = Destination(p, h.dport);
   if (!rs) {
+    // The port's socket was handed to another process (engine/share.h): not
+    // delivered here; the sender sends it again to the socket's next owner,
+    // in order with what it sends there after (the notice goes before any
+    // acknowledgement that covers this message).
+    absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, h.dport);
+    if (owner.ok() && *owner != 0) {
+      const uint64_t seq = h.sequence;
+      SendControl(p, control::EncodeU64List(control::Op::kMoved, {&seq, 1}));
+      return true;
+    }
     stats::Inc(stats::kRecvDropNoSock);
     control::Control notice;
     notice.op = control::Op::kPortUnreachable;
@@ -155,6 +165,33 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     return false;
   }
   return true;
+}
+
+void Engine::Resend(Path& p, uint64_t seq) {
+  Connection& c = p.conn;
+  auto it = std::find_if(p.unacked.begin(), p.unacked.end(),
+                         [seq](const MessagePtr& m) { return m->header.sequence == seq; });
+  if (it == p.unacked.end()) return;  // acknowledged or dropped meanwhile
+  MessagePtr m = std::move(*it);
+  p.unacked.erase(it);
+  if (m->cancelled.load()) return;
+  const uint16_t port = m->header.dport;
+  m->header.sequence = 0;
+  m->header.ack = 0;
+  m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
+  c.routes.erase(port);
+  // Before everything queued for the port since it was sent, after the
+  // messages moved before it.
+  std::deque<MessagePtr>& q = c.unresolved[port];
+  size_t& front = c.moved_front[port];
+  front = std::min(front, q.size());
+  q.insert(q.begin() + static_cast<std::ptrdiff_t>(front), std::move(m));
+  ++front;
+  if (c.local) {
+    RetryParkedLater(c);
+  } else {
+    Resolve(c, port);
+  }
 }
 
 RdsSocket* Engine::Destination(Path& p, uint16_t dport) {
@@ -210,6 +247,13 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
     case control::Op::kArenaAnnounce:
     case control::Op::kArenaRelease:
       return;  // a same-host link consumes these itself; meaningless elsewhere
+    case control::Op::kMoved: {
+      absl::StatusOr<std::vector<uint64_t>> seqs = control::DecodeU64List(ctl);
+      if (seqs.ok()) {
+        for (uint64_t seq : *seqs) Resend(p, seq);
+      }
+      return;
+    }
   }
 }
 

@@ -162,6 +162,9 @@ void Engine::RetryParkedLater(Connection& c) {
     cp->unresolved.clear();
     for (auto& [port, q] : waiting) {
       for (MessagePtr& m : q) RouteAndQueue(cp->ns, m, /*may_set_up=*/true, nullptr);
+      // The moved messages stay first if they wait again.
+      auto left = cp->unresolved.find(port);
+      if (left == cp->unresolved.end() || left->second.empty()) cp->moved_front.erase(port);
     }
   });
 }
@@ -278,6 +281,7 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
     RetryParkedLater(c);
     return;
   }
+  c.moved_front.erase(port);
   if (pid == 0) {
     // Nobody has the port bound there: the kernel drops such messages at the
     // destination; so do we, without caching the answer.

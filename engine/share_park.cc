@@ -176,6 +176,10 @@ bool Park(RdsSocket& rs) {
   // of it lives (this process has none left when its last one was closed).
   if (!rs.maybe_shared.load(std::memory_order_acquire) && !HeldElsewhere(rs)) return false;
   const int port_fd = internal::SharePort(rs);
+  // Out of the bind table first: a message that arrives from now on finds no
+  // socket here, and its sender is told to send it again to the socket's next
+  // owner (control kMoved) — the port is taken and has no owner for the moment.
+  UnbindParked(rs);
   ParkedState st;
   int shared_fd;
   {
@@ -232,7 +236,6 @@ bool Park(RdsSocket& rs) {
     rs.WakeWaitersLocked();
   }
   UpdateReceiveCongestion(rs);
-  UnbindParked(rs);
   if (has_sent) Engine::Get().ReleaseSender(rs.shared_from_this());
   HostRegistry::Get().ReleaseSocket(rs.id);
   return true;

@@ -7,6 +7,11 @@ held by several processes (DESIGN.md §2.4). Prints "ok ..." or "FAIL ..." lines
                        socket and exits. The child then receives all N, in order.
   unbound-fork PORT    An unbound socket is shared by fork; the child binds it to PORT; the parent
                        sees it bound and receives on it.
+  streaming-handover PORT N
+                       The binder forks a receiver, and another process streams N numbered
+                       messages to PORT while the binder closes the socket half-way (the socket
+                       passes to the receiver with messages on their way): the receiver gets all
+                       N, in order, none twice.
   info-churn PORT      While one child loops on a forwarded RDS_INFO getsockopt, another forks
                        300 short-lived children that each make one call on the shared socket:
                        nothing may hang.
@@ -79,6 +84,46 @@ def unbound_fork(port):
           flush=True)
 
 
+def streaming_handover(port, n):
+    s = rds()
+    s.bind(("127.0.0.1", port))
+    receiver = os.fork()
+    if receiver == 0:
+        s.settimeout(5)
+        got = []
+        try:
+            while len(got) < n:
+                data, _ = s.recvfrom(64)
+                got.append(int(data))
+        except OSError:
+            pass
+        ok = got == list(range(n))
+        first_bad = next((i for i, v in enumerate(got) if v != i), None)
+        print(("ok" if ok else "FAIL") + f" receiver got {len(got)} of {n}, in order up to "
+              f"{first_bad if first_bad is not None else len(got)}", flush=True)
+        os._exit(0 if ok else 1)
+    time.sleep(0.3)  # the receiver's first call has reached this process
+    sender = os.fork()
+    if sender == 0:
+        c = rds()
+        c.bind(("127.0.0.1", 0))
+        for i in range(n):
+            while True:
+                try:
+                    c.sendto(b"%d" % i, ("127.0.0.1", port))
+                    break
+                except (BlockingIOError, ConnectionRefusedError, OSError) as e:
+                    if getattr(e, "errno", None) not in (11, 105):  # EAGAIN, ENOBUFS
+                        raise
+                    time.sleep(0.001)
+        os._exit(0)
+    time.sleep(0.05)
+    s.close()  # half-way: the socket passes to the receiver
+    os.waitpid(sender, 0)
+    _, status = os.waitpid(receiver, 0)
+    sys.exit(0 if status == 0 else 1)
+
+
 def info_churn(port):
     s = rds()
     s.bind(("127.0.0.1", port))
@@ -112,5 +157,7 @@ if __name__ == "__main__":
         many_queued(port, int(sys.argv[3]))
     elif cmd == "unbound-fork":
         unbound_fork(port)
+    elif cmd == "streaming-handover":
+        streaming_handover(port, int(sys.argv[3]))
     elif cmd == "info-churn":
         info_churn(port)

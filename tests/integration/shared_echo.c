@@ -13,6 +13,11 @@
  *       10 s with "<worker>:<pid>/<n>"; prints "ok <count> <worker>=<n>..." or "FAIL ...".
  *   shared_echo quit ADDR PORT N
  *       Sends N "quit" requests.
+ *   shared_echo handover ADDR PORT N
+ *       Binds ADDR:PORT and forks a receiver; another child streams N numbered messages to the
+ *       port while the binder closes its descriptor 50 ms in (the socket passes to the receiver
+ *       with messages on their way). The receiver prints "ok N" when it got all N, in order,
+ *       none twice, else "FAIL ...".
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -23,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef AF_RDS
@@ -137,6 +143,51 @@ int main(int argc, char** argv) {
     struct sockaddr_in dst = addr_of(argv[2], atoi(argv[3]));
     for (int i = 0; i < atoi(argv[4]); ++i) sendto(fd, "quit", 4, 0, (struct sockaddr*)&dst, sizeof(dst));
     return 0;
+  }
+  if (argc == 5 && strcmp(argv[1], "handover") == 0) {
+    int fd = bound_socket(argv[2], atoi(argv[3]));
+    struct sockaddr_in dst = addr_of(argv[2], atoi(argv[3]));
+    long n = atol(argv[4]);
+    pid_t receiver = fork();
+    if (receiver == 0) {
+      struct timeval tv = {5, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      long expect = 0;
+      for (;;) {
+        long v;
+        ssize_t r = recv(fd, &v, sizeof(v), 0);
+        if (r < 0) break;
+        if (r != sizeof(v) || v != expect) {
+          printf("FAIL message #%ld is %ld\n", expect, r == sizeof(v) ? v : -1);
+          return 1;
+        }
+        if (++expect == n) break;
+      }
+      printf(expect == n ? "ok %ld\n" : "FAIL got %ld of %ld\n", expect, n);
+      return expect == n ? 0 : 1;
+    }
+    usleep(200000); /* the receiver's first call has reached this process */
+    pid_t sender = fork();
+    if (sender == 0) {
+      int s = bound_socket(argv[2], 0);
+      for (long i = 0; i < n; ++i) {
+        while (sendto(s, &i, sizeof(i), 0, (struct sockaddr*)&dst, sizeof(dst)) < 0) {
+          if (errno != ENOBUFS && errno != EAGAIN) {
+            printf("FAIL sendto: %s\n", strerror(errno));
+            return 1;
+          }
+          usleep(100);
+        }
+        usleep(20);
+      }
+      return 0;
+    }
+    usleep(50000);
+    close(fd);
+    int status;
+    waitpid(sender, &status, 0);
+    waitpid(receiver, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   }
   fprintf(stderr, "usage: see the header of shared_echo.c\n");
   return 2;

@@ -13,7 +13,7 @@ DESIGN.md §2.4).
 2. A worker holding the socket's state is killed: the port stays taken, another worker takes
    the socket over, and later requests are all answered.
 3. Corner cases (py_share_cases.py): a hand-over with more messages queued than a Unix datagram
-   queue holds; an unbound socket bound by a fork child; a forwarded RDS_INFO while hundreds of
+   queue holds; a hand-over while messages stream in; an unbound socket bound by a fork child; a forwarded RDS_INFO while hundreds of
    children attach (no deadlock).
 4. exec keeps the socket: bound before exec, still bound after it (another process cannot take
    the port meanwhile), with the messages queued before exec received after it, and those sent
@@ -200,6 +200,14 @@ class SharedSockets(unittest.TestCase):
         p.send("go")
         line = p.expect(("ok", "FAIL"), 30)
         self.assertTrue(line.startswith("ok"), f"{line}\n{p.diag()}")
+
+    def test_handover_while_messages_stream_in(self):
+        # Messages on their way to the process that lets go of the socket are sent again by
+        # their sender to its next owner (control kMoved): none lost, none twice, in order.
+        self.expect_ok(self.cases("streaming-handover", self.port, 5000))
+        p = itlib.Proc("handover-c", [echo(), "handover", ADDR, self.port + 1, 20000], self.rundir)
+        p.close_stdin()
+        self.expect_ok(p)
 
     def test_unbound_socket_bound_by_a_fork_child(self):
         self.expect_ok(self.cases("unbound-fork", self.port))
