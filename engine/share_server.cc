@@ -60,6 +60,9 @@ struct Server {
   std::vector<Conn> pending ABSL_GUARDED_BY(pending_mu);
   bool started ABSL_GUARDED_BY(pending_mu) = false;
   int wake = -1;  // eventfd: work arrived; set once when the thread starts
+  // The server thread's poll set (here rather than on its stack: the thread
+  // never ends, and a leak checker at exit may not see its stack).
+  std::vector<pollfd> poll_fds;
   // Fork child or lost fds (engine/fork.h): the thread leaves at its next
   // wake-up without touching an fd.
   std::atomic<bool> abandoned{false};
@@ -267,7 +270,7 @@ void HandleReadable(Server* self, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu
 }
 
 void Run(Server* self) {
-  std::vector<pollfd> fds;
+  std::vector<pollfd>& fds = self->poll_fds;
   for (;;) {
     if (self->abandoned.load()) return;
     fds.clear();

@@ -35,6 +35,11 @@ def serve(sock, wid):
         sock.sendto(b"%d:" % wid + data, addr)
 
 
+def serve_after(go, sock, wid):
+    go.wait()
+    serve(sock, wid)
+
+
 def serve_fd(fd, wid):
     serve(socket.socket(fileno=fd), wid)
 
@@ -91,9 +96,13 @@ def main():
         os.execv(sys.executable, [sys.executable, __file__, "exec-image", str(s.fileno())])
     workers = int(sys.argv[4])
     if mode == "mp-fork":
+        # The workers start once every fork is done (see shared_echo.c: a fork while the
+        # parent's engine thread works is unsafe under AddressSanitizer only).
         ctx = multiprocessing.get_context("fork")
+        go = ctx.Event()
         for w in range(workers):
-            ctx.Process(target=serve, args=(s, w)).start()
+            ctx.Process(target=serve_after, args=(go, s, w)).start()
+        go.set()
     elif mode == "mp-spawn":
         ctx = multiprocessing.get_context("spawn")
         queue = ctx.SimpleQueue()
