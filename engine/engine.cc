@@ -72,6 +72,10 @@ Engine& Engine::Get() {
 
 Engine* Engine::IfRunning() { return engine_ptr.load(std::memory_order_acquire); }
 
+bool Engine::HoldForFork(absl::Duration limit) { return loop_.HoldRoundsForFork(limit); }
+
+void Engine::ReleaseAfterFork() { loop_.ReleaseRoundsAfterFork(); }
+
 void Engine::ResetAfterFork() {
   // The parent's engine object is abandoned (leaked): its thread does not
   // exist here and its locks may be held by threads that do not exist here.
@@ -113,12 +117,18 @@ void Engine::Start() {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this] {
+  // Start returns once the thread runs its own code (the C library's and a
+  // sanitizer's set-up of a thread allocate): fork, which waits for
+  // engine_mu, then never finds the new thread half-way through (fork.h).
+  rds::Notification running;
+  thread_ = std::thread([this, &running] {
     loop_tid_.store(gettid());
+    running.Notify();
     loop_.Run();
   });
   thread_.detach();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  running.WaitForNotification();
   log::Debug("engine started (pid %d, generation %08x)", pid_, gen_);
 }
 

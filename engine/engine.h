@@ -74,6 +74,11 @@ class Engine {
   static Engine* IfRunning();
   // In a fork child: forget the parent's engine (it has no thread here).
   static void ResetAfterFork();
+  // Fork's prepare handler: holds the engine thread between two rounds
+  // (EventLoop::HoldRoundsForFork); ReleaseAfterFork, in parent and child,
+  // if that returned true.
+  bool HoldForFork(absl::Duration limit);
+  void ReleaseAfterFork();
   // Its fds were lost (engine/fork.h): the engine is abandoned (its loop
   // stops touching fds; the object is leaked) and forgotten.
   static void AbandonAfterLostFds();

@@ -138,6 +138,13 @@ void EventLoop::RunDueTimers() {
 
 bool EventLoop::InLoop() { return t_in_loop; }
 
+bool EventLoop::HoldRoundsForFork(absl::Duration limit) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (t_in_loop) return false;
+  return run_mu_.TryLockFor(limit);
+}
+
+void EventLoop::ReleaseRoundsAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { run_mu_.Unlock(); }
+
 bool EventLoop::TasksPending() {
   rds::MutexLock lock(&task_mu_);
   return !tasks_.empty();

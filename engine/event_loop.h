@@ -127,6 +127,15 @@ class EventLoop {
   void Abandon();
   bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
 
+  // Fork (engine/fork.h): waits up to `limit` for the round in progress to
+  // end and keeps the next from starting, so that no round is half-way
+  // through (an allocation, say) at the instant of fork. False if none ended
+  // in time — its thread then waits for something the forking thread holds,
+  // which is no hazard — or if the calling thread is in a round itself.
+  bool HoldRoundsForFork(absl::Duration limit);
+  // After fork, in the parent and the child, if HoldRoundsForFork held them.
+  void ReleaseRoundsAfterFork();
+
  private:
   struct Timer {
     absl::Time when;

@@ -30,13 +30,35 @@ rds::Mutex* const* ForkLocks() {
   return locks;
 }
 
+// The shim's own threads held between rounds for a fork (engine_mu, a fork
+// lock, keeps the engine from changing meanwhile).
+struct HeldThreads {
+  Engine* engine = nullptr;
+  bool server = false;
+};
+HeldThreads held;
+
+// How long a fork waits for each of the shim's threads to end its round. A
+// round that does not end in time waits for a lock the forking thread holds:
+// the thread is then blocked, which is no hazard.
+constexpr absl::Duration kRoundWait = absl::Milliseconds(100);
+
 }  // namespace
 
 void PrepareEngineForFork() {
   for (rds::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Lock();
+  // The shim's threads must not be half-way through an allocation at the
+  // instant of fork: a C library's malloc is fork-safe, but an allocator
+  // that is not (GCC 12's AddressSanitizer) would leave the child's locked.
+  // The sharing server first: its calls may wait for an engine round.
+  held.server = share::HoldServerForFork(kRoundWait);
+  if (Engine* e = Engine::IfRunning(); e != nullptr && e->HoldForFork(kRoundWait)) held.engine = e;
 }
 
 void ParentAfterFork() {
+  if (held.engine != nullptr) held.engine->ReleaseAfterFork();
+  if (held.server) share::ReleaseServerAfterFork();
+  held = {};
   for (rds::Mutex* const* m = ForkLocks(); *m; ++m) (*m)->Unlock();
 }
 

@@ -17,8 +17,11 @@
 namespace rds {
 
 // pthread_atfork handlers. Prepare takes every process-wide lock the child
-// will use again, so no other thread can hold one at the moment of fork;
-// the parent releases them; the child releases them and resets the engine.
+// will use again, so no other thread can hold one at the moment of fork,
+// and holds the shim's own threads (engine, sharing server) between two
+// rounds, so that neither is half-way through an allocation (bounded: a
+// round blocked on a lock the forking thread holds is not waited for); the
+// parent releases them; the child releases them and resets the engine.
 void PrepareEngineForFork();
 void ParentAfterFork();
 void ResetEngineAfterFork();

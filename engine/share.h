@@ -89,6 +89,12 @@ bool Park(RdsSocket& rs);
 // process, or the next image (`exec`), may hold.
 void ParkAllBeforeImageEnds(bool exec);
 
+// Fork's prepare handler: holds the thread that serves other processes'
+// calls between two rounds, waiting up to `limit` (engine/fork.h);
+// ReleaseServerAfterFork, in parent and child, if that returned true.
+bool HoldServerForFork(absl::Duration limit);
+void ReleaseServerAfterFork();
+
 // Fork child: forgets the server (its thread is the parent's) and the remote
 // sockets (each fd is examined again on first use).
 void ResetAfterFork();

@@ -51,7 +51,10 @@ struct Conn {
 };
 
 struct Server {
-  rds::Mutex mu;  // held while a call runs
+  // Held by the server thread except while it polls: fork holds it so that
+  // the thread is never half-way through a round at the instant of fork
+  // (HoldServerForFork).
+  rds::Mutex mu;
   std::vector<Conn> conns ABSL_GUARDED_BY(mu);
   // Connections the engine thread handed over, taken into `conns` by the
   // server thread: the engine thread never waits for a call to end (a call
@@ -66,6 +69,7 @@ struct Server {
   // Fork child or lost fds (engine/fork.h): the thread leaves at its next
   // wake-up without touching an fd.
   std::atomic<bool> abandoned{false};
+  rds::Notification running;  // the thread runs its own code
 };
 
 Server* server = new Server();
@@ -271,30 +275,30 @@ void HandleReadable(Server* self, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu
 
 void Run(Server* self) {
   std::vector<pollfd>& fds = self->poll_fds;
+  self->running.Notify();
   for (;;) {
     if (self->abandoned.load()) return;
-    fds.clear();
     {
+      rds::MutexLock lock(&self->mu);
       std::vector<Conn> arrived;
       {
-        rds::MutexLock lock(&self->pending_mu);
+        rds::MutexLock pending_lock(&self->pending_mu);
         arrived.swap(self->pending);
       }
-      rds::MutexLock lock(&self->mu);
       for (Conn& c : arrived) self->conns.push_back(std::move(c));
+      fds.clear();
       fds.push_back({self->wake, POLLIN, 0});
       for (const Conn& c : self->conns) fds.push_back({c.fd, POLLIN, 0});
     }
     if (sys::Poll(fds.data(), fds.size(), -1) < 0) continue;
     if (self->abandoned.load()) return;
+    rds::MutexLock lock(&self->mu);
     if (fds[0].revents) {
       uint64_t n;
       (void)sys::Read(fds[0].fd, &n, sizeof(n));
     }
     for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      rds::MutexLock lock(&self->mu);
-      HandleReadable(self, fds[i].fd);
+      if (fds[i].revents != 0) HandleReadable(self, fds[i].fd);
     }
   }
 }
@@ -330,6 +334,8 @@ void ServeClient(uint64_t id, int conn) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     std::thread(Run, self).detach();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    // As Engine::Start: a fork from now on finds the thread in its own code.
+    self->running.WaitForNotification();
     self->started = true;
   }
   self->pending.push_back({conn, std::move(rs)});
@@ -364,6 +370,12 @@ void StopServing(uint64_t id) {
 }
 
 }  // namespace internal
+
+bool HoldServerForFork(absl::Duration limit) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return server->mu.TryLockFor(limit);
+}
+
+void ReleaseServerAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { server->mu.Unlock(); }
 
 void ResetServerAfterFork() {
   server->abandoned.store(true);

@@ -34,6 +34,15 @@ class ABSL_LOCKABLE Mutex {
   Mutex& operator=(const Mutex&) = delete;
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { m_.lock(); }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return m_.try_lock(); }
+  // Tries for up to `limit` (polling: for rare waits only, such as fork's).
+  bool TryLockFor(absl::Duration limit) ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    const absl::Time deadline = absl::Now() + limit;
+    while (!m_.try_lock()) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Microseconds(50));
+    }
+    return true;
+  }
   void Unlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { m_.lock(); }
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
