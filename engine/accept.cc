@@ -1,104 +1,30 @@
-// engine/accept.cc — accepting links and same-host requests: the Unix and
-// TCP listeners, hellos (link, route query, hand-off, RDS_INFO, reset,
-// socket sharing) and the link collision rule.
+// engine/accept.cc — links and same-host requests that peers open (the
+// transports accept them): their hellos (link, route query, hand-off,
+// RDS_INFO, reset, socket sharing) and the link collision rule.
 //
 // Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
 #include "engine/engine.h"
 
-#include "engine/abandon.h"
-#include "engine/waiter.h"
-#include <signal.h>
 #include <unistd.h>
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include "absl/random/random.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "engine/sync.h"
-#include "absl/time/clock.h"
-#include "conf/settings.h"
-#include "engine/bind.h"
-#include "engine/cong.h"
-#include "engine/direct_receive.h"
-#include "engine/errors.h"
-#include "engine/fault.h"
+
+#include <tuple>
+
+#include "engine/control.h"
 #include "engine/info.h"
-#include "engine/fork.h"
 #include "engine/log.h"
-#include "engine/recv.h"
 #include "engine/registry.h"
-#include "engine/send.h"
 #include "engine/share.h"
-#include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
-#include "engine/engine_internal.h"
 
 namespace rds {
 
-namespace {
-
-// Same-host links come only from our own user unless RDS_PRELOAD_LINK_UIDS
-// names others (or "all").
-bool LinkAllowedFrom(uid_t uid) {
-  if (uid == getuid()) return true;
-  const std::string& allowed = conf::Get().link_uids;
-  if (allowed == "all") return true;
-  for (absl::string_view item : absl::StrSplit(allowed, ',', absl::SkipWhitespace())) {
-    uint32_t u;
-    if (absl::SimpleAtoi(item, &u) && u == uid) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------
-// Accepting links.
+// Accepting links: the hello a peer's link opens with says what it is for.
 
-void Engine::OnUnixAccept() {
-  int listener;
-  {
-    rds::MutexLock lock(&serve_mu_);
-    listener = unix_listener_;
-  }
-  for (;;) {
-    int fd = unix_link::Accept(listener);
-    if (fd < 0) return;
-    absl::StatusOr<uid_t> uid = unix_link::PeerUid(fd);
-    if (!uid.ok() || !LinkAllowedFrom(*uid)) {
-      log::Warn("refusing a same-host link from uid %d (see RDS_PRELOAD_LINK_UIDS)",
-                uid.ok() ? static_cast<int>(*uid) : -1);
-      stats::Inc(stats::kShimLinkRefused);
-      sys::CloseInternal(fd);
-      continue;
-    }
-    stats::Inc(stats::kShimConnAccepted);
-    WatchIncoming(StreamLink::Create(loop_, fd, false, /*accept_fds=*/true, "unix incoming"),
-                  nullptr);
-  }
-}
-
-void Engine::OnTcpAccept(const std::shared_ptr<NetNs>& ns, int listen_fd) {
-  for (;;) {
-    RdsEndpoint peer, local;
-    int fd = tcp::Accept(listen_fd, &peer, &local);
-    if (fd < 0) return;
-    stats::Inc(stats::kShimConnAccepted);
-    WatchIncoming(StreamLink::Create(loop_, fd, false, false,
-                                     absl::StrFormat("tcp incoming from %s:%d",
-                                                     peer.addr.ToString(), peer.port)),
-                  ns);
-  }
-}
-
-void Engine::WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<NetNs> tcp_ns) {
+void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns) {
   incoming_.insert(link);
-  std::weak_ptr<StreamLink> weak = link;
+  std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
   cb.on_message = [this, weak, tcp_ns](wire::Header&& h, Payload&& payload) {
     auto l = weak.lock();
@@ -111,7 +37,7 @@ void Engine::WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<Net
   link->SetCallbacks(std::move(cb));
 }
 
-void Engine::Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
+void Engine::Reply(const std::shared_ptr<Link>& link, control::HelloResult result,
                    uint32_t answer_pid, bool close_after, uint64_t ack) {
   control::Hello r;
   r.kind = control::HelloKind::kReply;
@@ -128,7 +54,7 @@ void Engine::Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult
   }
 }
 
-void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
+void Engine::OnIncomingHello(const std::shared_ptr<Link>& link,
                              const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h,
                              Payload&& payload) {
   if (!incoming_.contains(link)) return;  // already handled; more bytes before our reply
@@ -142,7 +68,7 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
   }
   switch (hello->kind) {
     case control::HelloKind::kHandoff: {
-      int fd = link->TakeReceivedFd();
+      int fd = link->TakePassedFd();
       incoming_.erase(link);
       link->Close();
       std::shared_ptr<NetNs> ns = tcp_ns ? nullptr : ServedNetNs(hello->ns);
@@ -150,8 +76,9 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
         if (fd >= 0) sys::CloseInternal(fd);
         return;
       }
+      std::shared_ptr<Link> tcp_link = transports_.Handed().Adopt(fd, "tcp handed over");
+      if (!tcp_link) return;
       stats::Inc(stats::kShimHandoffs);
-      auto tcp_link = StreamLink::Create(loop_, fd, false, false, "tcp handed over");
       incoming_.insert(tcp_link);
       control::Hello as_link = *hello;
       as_link.kind = control::HelloKind::kLink;
@@ -161,7 +88,7 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
     case control::HelloKind::kShareClient: {
       // Same-host only: another process holds a descriptor of one of our
       // sockets; its calls come on the stream it passed (engine/share.h).
-      int fd = link->TakeReceivedFd();
+      int fd = link->TakePassedFd();
       incoming_.erase(link);
       link->Close();
       if (fd < 0) return;
@@ -233,9 +160,9 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
         control::Hello handoff = *hello;
         handoff.kind = control::HelloKind::kHandoff;
         handoff.ns = ns->key();
-        absl::Status s = unix_link::HandOff(
+        absl::Status s = link->HandOver(
             HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(hello->target_pid)),
-            control::EncodeHello(handoff), link->fd());
+            control::EncodeHello(handoff));
         if (s.ok()) {
           incoming_.erase(link);
           link->Close();
@@ -255,7 +182,7 @@ void Engine::OnIncomingHello(const std::shared_ptr<StreamLink>& link,
   }
 }
 
-void Engine::AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shared_ptr<NetNs>& ns,
+void Engine::AcceptLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns,
                         const control::Hello& h) {
   Connection& c = GetConnection(ns, h.to_addr, h.from_addr);
   Path& p = GetPath(c, h.pid, /*connect=*/false);

@@ -35,8 +35,7 @@
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
+#include "transports/host_channel.h"
 #include "engine/engine_internal.h"
 
 namespace rds {
@@ -86,46 +85,23 @@ void Engine::ConnectPath(Path& p) {
     }
     p.connect_delayed = false;
   }
-  int fd = -1;
-  std::string desc;
-  if (c.local) {
-    std::string path = HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(p.peer_pid));
-    absl::StatusOr<int> r = unix_link::Connect(path);
-    if (!r.ok()) {
-      if (absl::IsNotFound(r.status())) {
-        DropPath(p, "peer engine is gone");
-      } else {
-        SchedulePathRetry(p);
-      }
-      return;
+  absl::StatusOr<std::shared_ptr<Link>> opened = transports_.For(c.local).Connect(
+      LinkTarget{c.ns, c.key.laddr, c.key.faddr, p.peer_pid},
+      absl::StrFormat("%s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
+                      p.peer_pid));
+  if (!opened.ok()) {
+    log::Debug("connect %s: %s", c.key.faddr.ToString(), opened.status().ToString());
+    if (absl::IsNotFound(opened.status())) {
+      DropPath(p, c.local ? "peer engine is gone" : "no engine serves that host");
+    } else {
+      SchedulePathRetry(p);
     }
-    fd = *r;
-    desc = absl::StrFormat("unix %s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
-                           p.peer_pid);
-  } else {
-    absl::Status s = c.ns->RunIn([&]() -> absl::Status {
-      absl::StatusOr<int> r = tcp::Connect(c.key.laddr, c.key.faddr,
-                                           static_cast<uint16_t>(conf::Get().tcp_port));
-      if (!r.ok()) return r.status();
-      fd = *r;
-      return absl::OkStatus();
-    });
-    if (!s.ok()) {
-      log::Debug("connect %s: %s", c.key.faddr.ToString(), s.ToString());
-      if (absl::IsNotFound(s)) {
-        DropPath(p, "no engine serves that host");
-      } else {
-        SchedulePathRetry(p);
-      }
-      return;
-    }
-    desc = absl::StrFormat("tcp %s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
-                           p.peer_pid);
+    return;
   }
-  auto link = StreamLink::Create(loop_, fd, /*connecting=*/true, /*accept_fds=*/false, desc);
+  std::shared_ptr<Link> link = *std::move(opened);
   p.connecting = link;
   Path* pp = &p;
-  std::weak_ptr<StreamLink> weak = link;
+  std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
   cb.on_connected = [this, pp, weak] {
     auto l = weak.lock();
@@ -173,7 +149,7 @@ void Engine::ConnectPath(Path& p) {
   link->SetCallbacks(std::move(cb));
 }
 
-void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const control::Hello& h) {
+void Engine::OnLinkReply(Path& p, const std::shared_ptr<Link>& link, const control::Hello& h) {
   if (p.connecting != link) {
     link->Close();
     return;
@@ -207,7 +183,7 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const
   }
 }
 
-void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen,
+void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
                         uint64_t peer_ack) {
   if (p.link && p.link != link) {
     // The peer connected again before this side saw its old link fail (it cut
@@ -258,12 +234,12 @@ void Engine::AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer
   p.peer_gen = peer_gen;
   p.backoff = absl::ZeroDuration();
   Path* pp = &p;
-  std::weak_ptr<StreamLink> weak = link;
+  std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
   cb.on_message = [this, pp](wire::Header&& h, Payload&& payload) {
     OnPathMessage(*pp, std::move(h), std::move(payload));
   };
-  cb.payload_storage = [this, pp](const wire::Header& h, Reassembler& filler) {
+  cb.payload_storage = [this, pp](const wire::Header& h, PayloadFiller& filler) {
     return DirectStorage(*pp, h, filler);
   };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
@@ -373,7 +349,7 @@ void Engine::ResetConnectionsHostWide(NetNsKey ns, RdsAddr src, RdsAddr dst) {
   h.to_addr = dst;
   MessagePtr m = control::EncodeHello(h);
   for (const std::string& path : HostRegistry::Get().OtherEngineSockets()) {
-    unix_link::SendOne(path, m).IgnoreError();  // an engine that is gone has nothing to reset
+    host_channel::Send(path, m).IgnoreError();  // an engine that is gone has nothing to reset
   }
 }
 

@@ -22,7 +22,7 @@
 #include "engine/event_loop.h"
 #include "engine/message.h"
 #include "engine/netns.h"
-#include "transports/stream/stream_link.h"
+#include "transports/transport.h"
 
 namespace rds {
 
@@ -48,8 +48,8 @@ class Path {
   Connection& conn;
   const uint32_t peer_pid;
   uint32_t peer_gen = 0;
-  std::shared_ptr<StreamLink> link;        // established (hello exchanged)
-  std::shared_ptr<StreamLink> connecting;  // our outgoing attempt, until its reply
+  std::shared_ptr<Link> link;        // established (hello exchanged)
+  std::shared_ptr<Link> connecting;  // our outgoing attempt, until its reply
   // Sending: sequenced messages waiting for a link (retransmissions first),
   // and messages handed to a link but not yet acknowledged by the peer. A
   // message's send-buffer space is released when it is acknowledged.
@@ -104,7 +104,7 @@ class Connection {
   // `unresolved` (they precede everything queued there since), until it empties.
   absl::flat_hash_map<uint16_t, size_t> moved_front;
   absl::flat_hash_set<uint16_t> querying;       // route queries in flight
-  std::shared_ptr<StreamLink> query_link;       // a TCP route query in flight
+  std::shared_ptr<Link> query_link;             // a route query to the host in flight
   uint16_t query_link_port = 0;
   absl::Duration query_backoff = absl::ZeroDuration();
   EventLoop::TimerId query_timer = 0;

@@ -1,7 +1,6 @@
 // engine/direct_receive.cc — lending a waiting recvmsg's buffer to a link.
 #include "engine/direct_receive.h"
 
-#include "engine/reassembler.h"
 #include "engine/waiter.h"
 
 namespace rds {
@@ -29,7 +28,7 @@ void DirectReceive::Prepare(uint8_t* buffer, size_t capacity, Waiter* waiter) {
   state_ = State::kOffered;
 }
 
-std::optional<Payload> DirectReceive::Lend(size_t len, Reassembler& filler) {
+std::optional<Payload> DirectReceive::Lend(size_t len, PayloadFiller& filler) {
   if (state_ != State::kOffered || len > capacity_ || len == 0) return std::nullopt;
   state_ = State::kLent;
   filler_ = &filler;

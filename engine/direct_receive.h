@@ -17,7 +17,7 @@
 // * An offer is registered on its socket (RdsSocket::direct) only between
 //   the drive hooks of the offering recvmsg (Engine::WaitDriving). Withdraw(),
 //   on leaving, takes the buffer back from a reassembler still filling it
-//   (Reassembler::MovePayloadToOwnStorage): no payload refers to the
+//   (PayloadFiller::MovePayloadToOwnStorage): no payload refers to the
 //   application's memory once recvmsg has returned, except the message
 //   recvmsg itself returns.
 // * A lent payload that does not become the offer's message (dropped as a
@@ -40,7 +40,6 @@
 
 namespace rds {
 
-class Reassembler;
 class Waiter;
 
 class DirectReceive : public PayloadOwner, public std::enable_shared_from_this<DirectReceive> {
@@ -57,7 +56,7 @@ class DirectReceive : public PayloadOwner, public std::enable_shared_from_this<D
   void Prepare(uint8_t* buffer, size_t capacity, Waiter* waiter);
   // The buffer for a payload of `len` bytes that `filler` will read, if the
   // offer stands and the payload fits.
-  std::optional<Payload> Lend(size_t len, Reassembler& filler);
+  std::optional<Payload> Lend(size_t len, PayloadFiller& filler);
   // The message whose payload this offer lent arrived whole: it is the
   // offering recvmsg's, which is woken.
   void Complete(MessagePtr m);
@@ -75,7 +74,7 @@ class DirectReceive : public PayloadOwner, public std::enable_shared_from_this<D
   uint8_t* buffer_ = nullptr;
   size_t capacity_ = 0;
   Waiter* waiter_ = nullptr;
-  Reassembler* filler_ = nullptr;
+  PayloadFiller* filler_ = nullptr;
   MessagePtr message_;
 };
 

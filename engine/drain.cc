@@ -34,8 +34,7 @@
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
+#include "transports/host_channel.h"
 #include "engine/engine_internal.h"
 
 namespace rds {
@@ -74,14 +73,11 @@ void Engine::PruneStaleEngineSockets() {
   const int dirs = HostRegistry::Get().PruneUnusedNamespaceDirs();
   if (dirs > 0) stats::Add(stats::kShimStaleNamespaceDirsPruned, static_cast<uint64_t>(dirs));
   for (const auto& [pid, path] : HostRegistry::Get().OtherEngines()) {
-    absl::StatusOr<int> fd = unix_link::Connect(path);
-    if (fd.ok()) {
-      sys::CloseInternal(*fd);
-      continue;  // an engine listens there
-    }
+    absl::Status probe = host_channel::Probe(path);
+    if (probe.ok()) continue;  // an engine listens there
     // Refused (or gone): nobody listens. The pid is checked after the connect,
     // so a new process with that pid would have bound a listening file first.
-    if (absl::IsNotFound(fd.status()) && kill(pid, 0) != 0 && errno == ESRCH) {
+    if (absl::IsNotFound(probe) && kill(pid, 0) != 0 && errno == ESRCH) {
       unlink(path.c_str());
       stats::Inc(stats::kShimStaleEnginesPruned);
     }
@@ -92,8 +88,7 @@ void Engine::WithdrawAtExit() {
   Engine* e = IfRunning();
   if (e == nullptr) return;
   rds::MutexLock lock(&e->serve_mu_);
-  if (e->unix_listener_ < 0) return;
-  unlink(HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(e->pid_)).c_str());
+  for (Transport* t : e->transports_.All()) t->WithdrawAtExit();
 }
 
 void Engine::DrainAtExit(absl::Duration limit) {

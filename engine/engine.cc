@@ -35,8 +35,6 @@
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
 
 namespace rds {
 
@@ -110,7 +108,21 @@ bool Engine::RunOnLoopAndWait(std::function<void()> task) {
   return true;
 }
 
-Engine::Engine() : pid_(static_cast<uint32_t>(getpid())), gen_(RandomGen()) {}
+Engine::Engine()
+    : pid_(static_cast<uint32_t>(getpid())),
+      gen_(RandomGen()),
+      transports_(MakeTransports(TransportContext{
+          .loop = &loop_,
+          .own_pid = pid_,
+          .engine_address =
+              [](uint32_t pid) {
+                return HostRegistry::Get().EngineSocketPath(static_cast<pid_t>(pid));
+              },
+          .on_accept =
+              [this](std::shared_ptr<Link> link, std::shared_ptr<NetNs> from_ns) {
+                WatchIncoming(std::move(link), std::move(from_ns));
+              },
+      })) {}
 
 void Engine::Start() {
   // The engine thread must never run the application's signal handlers.
@@ -137,31 +149,18 @@ void Engine::Start() {
 
 absl::Status Engine::Serve(const std::shared_ptr<NetNs>& ns) {
   rds::MutexLock lock(&serve_mu_);
-  if (unix_listener_ < 0) {
+  if (!host_served_) {
     HostRegistry& reg = HostRegistry::Get();
     if (absl::Status s = HostRegistry::EnsureDir(reg.rundir()); !s.ok()) return s;
-    absl::StatusOr<int> fd = unix_link::Listen(reg.EngineSocketPath(pid_));
-    if (!fd.ok()) return fd.status();
-    unix_listener_ = *fd;
-    loop_.Post([this, fd = *fd] {
-      loop_.Add(fd, EPOLLIN, [this](uint32_t) { OnUnixAccept(); });
-      PruneStaleEngineSockets();
-    });
+    if (absl::Status s = transports_.same_host->Serve(ns); !s.ok()) return s;
+    host_served_ = true;
+    loop_.Post([this] { PruneStaleEngineSockets(); });
   }
   served_.try_emplace(ns->key(), ns);
-  if (tcp_listening_.contains(ns->key())) return absl::OkStatus();
-  tcp_listening_.insert(ns->key());  // one attempt per namespace
-  int fd = -1;
-  absl::Status s = ns->RunIn([&]() -> absl::Status {
-    absl::StatusOr<int> l = tcp::Listen(static_cast<uint16_t>(conf::Get().tcp_port));
-    if (!l.ok()) return l.status();
-    fd = *l;
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  loop_.Post([this, ns, fd] {
-    loop_.Add(fd, EPOLLIN, [this, ns, fd](uint32_t) { OnTcpAccept(ns, fd); });
-  });
+  for (Transport* t : transports_.All()) {
+    if (t == transports_.same_host.get()) continue;
+    if (absl::Status s = t->Serve(ns); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -247,14 +246,9 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
         for (const MessagePtr& m : p->backlog) pi.send.push_back(describe(m, *c));
         for (const MessagePtr& m : p->unacked) pi.retrans.push_back(describe(m, *c));
         if (p->link && !c->local) {
-          sockaddr_storage ss;
-          socklen_t len = sizeof(ss);
-          if (sys::Getsockname(p->link->fd(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-            pi.tcp_local = FromKernelSockaddr(ss);
-          }
-          len = sizeof(ss);
-          if (sys::Getpeername(p->link->fd(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-            pi.tcp_peer = FromKernelSockaddr(ss);
+          if (std::optional<Link::Endpoints> e = p->link->endpoints()) {
+            pi.tcp_local = e->local;
+            pi.tcp_peer = e->peer;
           }
         }
         out.push_back(std::move(pi));

@@ -33,6 +33,7 @@
 #include "engine/event_loop.h"
 #include "engine/message.h"
 #include "engine/netns.h"
+#include "transports/registry.h"
 
 namespace rds {
 
@@ -175,8 +176,8 @@ class Engine {
   void SendAck(Path& p);
   void ReturnUnackedToBacklog(Path& p);
   void ConnectPath(Path& p);
-  void OnLinkReply(Path& p, const std::shared_ptr<StreamLink>& link, const control::Hello& h);
-  void AttachLink(Path& p, std::shared_ptr<StreamLink> link, uint32_t peer_gen, uint64_t peer_ack);
+  void OnLinkReply(Path& p, const std::shared_ptr<Link>& link, const control::Hello& h);
+  void AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen, uint64_t peer_ack);
   void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);
   bool AcceptData(Path& p, const wire::Header& h, Payload& payload);
   // The socket a data message for port `dport` goes to, or null (cached per
@@ -187,7 +188,7 @@ class Engine {
   void Resend(Path& p, uint64_t seq);
   // A link read the header of a large payload: the buffer of a recvmsg
   // waiting for it, if any (engine/direct_receive.h).
-  std::optional<Payload> DirectStorage(Path& p, const wire::Header& h, Reassembler& filler);
+  std::optional<Payload> DirectStorage(Path& p, const wire::Header& h, PayloadFiller& filler);
   void OnPathControl(Path& p, const control::Control& ctl);
   void OnPathDown(Path& p, const absl::Status& why);
   void SchedulePathRetry(Path& p);
@@ -203,14 +204,15 @@ class Engine {
   // Routes the messages Submit queued for the engine thread, in order.
   void RouteSubmitted();
 
-  void OnUnixAccept();
-  void OnTcpAccept(const std::shared_ptr<NetNs>& ns, int listen_fd);
-  void WatchIncoming(std::shared_ptr<StreamLink> link, std::shared_ptr<NetNs> tcp_ns);
-  void OnIncomingHello(const std::shared_ptr<StreamLink>& link,
+  // A link a peer opened (TransportContext::on_accept): its hello says what
+  // it is for. `tcp_ns`: the namespace a link from another host was
+  // accepted in; null for same-host links.
+  void WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns);
+  void OnIncomingHello(const std::shared_ptr<Link>& link,
                        const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h, Payload&& payload);
-  void AcceptLink(const std::shared_ptr<StreamLink>& link, const std::shared_ptr<NetNs>& ns,
+  void AcceptLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns,
                   const control::Hello& h);
-  void Reply(const std::shared_ptr<StreamLink>& link, control::HelloResult result,
+  void Reply(const std::shared_ptr<Link>& link, control::HelloResult result,
              uint32_t answer_pid, bool close_after, uint64_t ack = 0);
   std::shared_ptr<NetNs> ServedNetNs(const NetNsKey& key);
   void Bury(std::unique_ptr<Path> p);
@@ -246,14 +248,15 @@ class Engine {
   std::vector<MessagePtr> submitted_ ABSL_GUARDED_BY(submit_mu_);
   std::vector<MessagePtr> submitted_spare_;  // run lock: RouteSubmitted's spare buffer
 
+  // Every transport (transports/registry.h); built with the engine.
+  const TransportSet transports_;
   rds::Mutex serve_mu_;
-  int unix_listener_ ABSL_GUARDED_BY(serve_mu_) = -1;
+  bool host_served_ ABSL_GUARDED_BY(serve_mu_) = false;  // the same-host transport listens
   absl::flat_hash_map<NetNsKey, std::shared_ptr<NetNs>> served_ ABSL_GUARDED_BY(serve_mu_);
-  absl::flat_hash_set<NetNsKey> tcp_listening_ ABSL_GUARDED_BY(serve_mu_);
 
   // Engine thread only.
   absl::flat_hash_map<ConnKey, std::unique_ptr<Connection>> connections_;
-  absl::flat_hash_set<std::shared_ptr<StreamLink>> incoming_;
+  absl::flat_hash_set<std::shared_ptr<Link>> incoming_;
   std::vector<std::unique_ptr<Path>> graveyard_;
   uint32_t next_query_id_ = 1;
 };

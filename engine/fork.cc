@@ -17,7 +17,7 @@
 #include "engine/stats.h"
 #include "engine/sys.h"
 #include "engine/waiter.h"
-#include "transports/stream/peer_arena.h"
+#include "transports/registry.h"
 
 namespace rds {
 
@@ -73,7 +73,7 @@ void ResetEngineAfterFork() {
   ResetBindTableAfterFork();
   CongestionTable::ResetAfterFork();
   ShmArena::ResetAfterFork();
-  PeerArena::ResetAfterFork();
+  ResetTransportsAfterFork();
   ResetSocketListAfterFork();
   share::ResetAfterFork();
   HostRegistry::Get().ResetAfterFork();
@@ -97,7 +97,7 @@ void ResetEngineAfterLostFds(int overwritten) {
   ResetBindTableAfterFork();
   CongestionTable::ResetAfterFork();
   ShmArena::ResetAfterFork();
-  PeerArena::ResetAfterFork();
+  ResetTransportsAfterFork();
   ResetSocketListAfterFork();
   HostRegistry::Get().ResetAfterFork();
   log::ResetAfterFork();

@@ -5,8 +5,6 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <linux/rds.h>
-#include <poll.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,7 +22,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
-#include "engine/reassembler.h"
+#include "transports/host_channel.h"
 #include "engine/registry.h"
 #include "engine/shm_arena.h"
 #include "engine/socket.h"
@@ -285,77 +283,47 @@ void MergeLoopbackRows(int option, InfoItems* items) {
   }
 }
 
-// Asks the engine listening at `path` for its items (bounded: 1 s).
+// Asks the engine listening at `path` for its items (bounded: 1 s a read).
 std::optional<InfoItems> QueryEngine(const std::string& path, int option, NetNsKey ns) {
-  sockaddr_un sun = {};
-  sun.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(sun.sun_path)) return std::nullopt;
-  std::memcpy(sun.sun_path, path.data(), path.size());
-  int fd = sys::Socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  struct timeval tv = {1, 0};
-  sys::Setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sys::Setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  control::Hello h;
+  h.kind = control::HelloKind::kInfo;
+  h.pid = static_cast<uint32_t>(getpid());
+  h.uid = getuid();
+  h.ns = ns;
+  h.info_option = static_cast<uint32_t>(option);
   std::optional<InfoItems> result;
-  if (sys::Connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0) {
-    control::Hello h;
-    h.kind = control::HelloKind::kInfo;
-    h.pid = static_cast<uint32_t>(getpid());
-    h.uid = getuid();
-    h.ns = ns;
-    h.info_option = static_cast<uint32_t>(option);
-    MessagePtr m = control::EncodeHello(h);
-    std::vector<uint8_t> out = wire::EncodeRecord(m->header, m->payload.data(), m->payload.size());
-    if (sys::WriteAll(fd, out.data(), out.size())) {
-      Reassembler reader;
-      control::InfoAnswerReader answer;
-      bool done = false;
-      bool answered = false;  // the engine accepted the query
-      std::string failure;
-      auto sink = [&](wire::Header&& hdr, Payload&& payload) {
-        if (done) return;
-        absl::StatusOr<control::Control> c = control::DecodeControl(hdr, payload);
-        if (c.ok()) {
-          if (absl::Status added = answer.Add(std::move(*c)); !added.ok()) {
-            failure = std::string(added.message());
-            done = true;
-          } else if (answer.complete()) {
-            result = InfoItems{answer.each(), std::move(answer.bytes())};
-            done = true;
-          }
-        } else if (control::IsHello(hdr)) {
-          absl::StatusOr<control::Hello> reply = control::DecodeHello(hdr, payload);
-          if (!reply.ok() || reply->result != control::HelloResult::kAnswer) {
-            done = true;
-          } else {
-            answered = true;
-          }
-        }
-      };
-      std::vector<uint8_t> buf(64 * 1024);
-      while (!done) {
-        ssize_t n = sys::Read(fd, buf.data(), buf.size());
-        if (n == 0) {
-          failure = "it closed the connection";
-        } else if (n < 0) {
-          failure = (errno == EAGAIN || errno == EWOULDBLOCK) ? "no answer within 1 s"
-                                                               : strerror(errno);
-        } else if (!reader.Feed({buf.data(), static_cast<size_t>(n)}, sink).ok()) {
-          failure = "invalid framing";
-        }
-        if (!failure.empty()) break;
+  control::InfoAnswerReader answer;
+  bool answered = false;  // the engine accepted the query
+  std::string failure;
+  auto sink = [&](wire::Header&& hdr, Payload&& payload) {
+    absl::StatusOr<control::Control> c = control::DecodeControl(hdr, payload);
+    if (c.ok()) {
+      if (absl::Status added = answer.Add(std::move(*c)); !added.ok()) {
+        failure = std::string(added.message());
+        return true;
       }
-      // An engine that refuses (it does not serve this namespace) or has just
-      // exited has no rows to give; one that fails to answer has, and they are
-      // missing from the result.
-      if (!failure.empty() && (answered || !answer.bytes().empty())) {
-        log::Warn("RDS_INFO option %d: the engine at %s did not answer in full (%s); its rows "
-                  "are left out",
-                  option, path, failure);
-      }
+      if (!answer.complete()) return false;
+      result = InfoItems{answer.each(), std::move(answer.bytes())};
+      return true;
     }
+    if (control::IsHello(hdr)) {
+      absl::StatusOr<control::Hello> reply = control::DecodeHello(hdr, payload);
+      if (!reply.ok() || reply->result != control::HelloResult::kAnswer) return true;
+      answered = true;
+    }
+    return false;
+  };
+  absl::Status s = host_channel::Ask(path, control::EncodeHello(h), sink, absl::Seconds(1));
+  // Nobody there (an engine that has just exited): no rows to give.
+  if (absl::IsNotFound(s)) return std::nullopt;
+  if (!s.ok() && failure.empty()) failure = std::string(s.message());
+  // An engine that refuses (it does not serve this namespace) has no rows to
+  // give; one that fails to answer has, and they are missing from the result.
+  if (!failure.empty() && (answered || !answer.bytes().empty())) {
+    log::Warn("RDS_INFO option %d: the engine at %s did not answer in full (%s); its rows "
+              "are left out",
+              option, path, failure);
   }
-  sys::Close(fd);
   return result;
 }
 

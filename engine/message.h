@@ -39,6 +39,18 @@ class PayloadOwner {
   virtual void ReleasePayload(uint8_t* data, size_t size) = 0;
 };
 
+// A transport filling a payload in storage lent to it (a receive buffer of
+// the application, engine/direct_receive.h): the lender may need its storage
+// back before the payload is complete, and the filler then moves what has
+// arrived to a buffer of its own and goes on filling that.
+class PayloadFiller {
+ public:
+  virtual void MovePayloadToOwnStorage() = 0;
+
+ protected:
+  ~PayloadFiller() = default;
+};
+
 // Returns a payload's storage to the pool it came from, or to its owner.
 struct PayloadRelease {
   size_t size = 0;
@@ -98,7 +110,7 @@ struct Message {
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
   ~Message() {
-    if (spliced.load(std::memory_order_relaxed)) payload.Abandon();
+    if (payload_on_loan.load(std::memory_order_relaxed)) payload.Abandon();
   }
 
   wire::Header header;  // sport, dport, len, flags, exthdr; sequence set by the path
@@ -119,13 +131,14 @@ struct Message {
   // sendmsg() ran; a different one at routing time means the port was
   // re-bound (or closed) since, and the message is not for the new socket.
   std::optional<uint32_t> port_gen;
-  // Sending side: a TCP link handed the payload's pages to the kernel by
-  // reference (transports/stream/payload_splicer.h). The peer's receiving
-  // socket reads them until the peer has read the bytes, which its
-  // acknowledgement of this message says (Engine::OnAck clears the flag); a
-  // message freed without it — cancelled, its path dropped — abandons its
-  // storage rather than let it be written under a reader.
-  std::atomic<bool> spliced{false};
+  // Sending side: the transport lent the payload's pages to the kernel by
+  // reference (a TCP link's splice, transports/stream/payload_splicer.h; a
+  // device's DMA would be the same). The peer's side reads them until the
+  // peer has received the bytes, which its acknowledgement of this message
+  // says (Engine::OnAck clears the flag); a message freed without it —
+  // cancelled, its path dropped — abandons its storage rather than let it be
+  // written under a reader.
+  std::atomic<bool> payload_on_loan{false};
   // MSG_ZEROCOPY: the cookie reported to the sender when the message is done.
   std::optional<uint32_t> zcopy_cookie;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).

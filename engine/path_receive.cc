@@ -34,8 +34,6 @@
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
 #include "engine/engine_internal.h"
 
 namespace rds {
@@ -140,7 +138,8 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   }
   auto m = NewMessage();
   // Header seen and message complete: the read that brought its end.
-  m->rx_trace[0] = m->rx_trace[1] = p.link ? p.link->last_read_ns() : MonotonicNs();
+  const int64_t received_ns = p.link ? p.link->last_receive_ns() : 0;
+  m->rx_trace[0] = m->rx_trace[1] = received_ns != 0 ? received_ns : MonotonicNs();
   m->header = h;
   m->payload = std::move(payload);
   m->saddr = c.key.faddr;
@@ -205,7 +204,7 @@ RdsSocket* Engine::Destination(Path& p, uint16_t dport) {
   return last.socket.get();
 }
 
-std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Reassembler& filler) {
+std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, PayloadFiller& filler) {
   // Data for a socket only (no pings, congestion maps, controls), and not a
   // retransmission that will be dropped as already delivered.
   if (h.dport == 0 || wire::HasExtHeaders(h) || wire::IsCongMap(h) || control::IsHello(h) ||

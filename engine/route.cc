@@ -34,8 +34,6 @@
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
 #include "engine/engine_internal.h"
 
 namespace rds {
@@ -185,14 +183,11 @@ void Engine::Resolve(Connection& c, uint16_t port) {
 }
 
 void Engine::StartQueryLink(Connection& c, uint16_t port) {
-  int fd = -1;
-  absl::Status s = c.ns->RunIn([&]() -> absl::Status {
-    absl::StatusOr<int> r =
-        tcp::Connect(c.key.laddr, c.key.faddr, static_cast<uint16_t>(conf::Get().tcp_port));
-    if (!r.ok()) return r.status();
-    fd = *r;
-    return absl::OkStatus();
-  });
+  // The host's rendezvous: whichever engine of it accepts answers.
+  absl::StatusOr<std::shared_ptr<Link>> opened = transports_.For(c.local).Connect(
+      LinkTarget{c.ns, c.key.laddr, c.key.faddr, 0},
+      absl::StrFormat("query %s->%s:%d", c.key.laddr.ToString(), c.key.faddr.ToString(), port));
+  const absl::Status s = opened.status();
   Connection* cp = &c;
   auto retry = [this, cp] {
     const conf::Settings& cfg = conf::Get();
@@ -217,12 +212,10 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     }
     return;
   }
-  auto link = StreamLink::Create(
-      loop_, fd, true, false,
-      absl::StrFormat("query %s->%s:%d", c.key.laddr.ToString(), c.key.faddr.ToString(), port));
+  std::shared_ptr<Link> link = *std::move(opened);
   c.query_link = link;
   c.query_link_port = port;
-  std::weak_ptr<StreamLink> weak = link;
+  std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
   cb.on_connected = [this, cp, weak, port] {
     auto l = weak.lock();

@@ -32,7 +32,7 @@
 #include "engine/usercopy.h"
 #include "engine/waiter.h"
 #include "engine/wire.h"
-#include "transports/unix/unix.h"
+#include "transports/host_channel.h"
 
 namespace rds::share {
 
@@ -93,8 +93,8 @@ absl::Status ConnectLocked(RdsSocket& rs, Client& c, pid_t owner) ABSL_EXCLUSIVE
   h.uid = getuid();
   h.ns = rs.ns->key();
   h.socket_id = rs.id;
-  absl::Status s = unix_link::HandOff(HostRegistry::Get().EngineSocketPath(owner),
-                                      control::EncodeHello(h), sv[1]);
+  absl::Status s = host_channel::Send(HostRegistry::Get().EngineSocketPath(owner),
+                                       control::EncodeHello(h), sv[1]);
   sys::Close(sv[1]);
   if (s.ok()) {
     char b = 'I';

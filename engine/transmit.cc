@@ -35,8 +35,6 @@
 #include "engine/socket.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
-#include "transports/tcp/tcp.h"
-#include "transports/unix/unix.h"
 #include "engine/engine_internal.h"
 
 namespace rds {
@@ -222,7 +220,7 @@ void Engine::OnAck(Path& p, uint64_t ack) {
   while (!p.unacked.empty() && p.unacked.front()->header.sequence <= ack) {
     if (p.unacked.size() > kPrefetchAhead) PrefetchMessage(*p.unacked[kPrefetchAhead]);
     // The peer has read it: its pages may be written again.
-    p.unacked.front()->spliced.store(false, std::memory_order_relaxed);
+    p.unacked.front()->payload_on_loan.store(false, std::memory_order_relaxed);
     release.Add(*p.unacked.front());
     p.unacked.pop_front();
   }

@@ -44,7 +44,7 @@
 #include "absl/strings/str_join.h"
 #include "conf/settings.h"
 #include "engine/control.h"
-#include "engine/reassembler.h"
+#include "transports/stream/reassembler.h"
 #include "engine/wire.h"
 #include "tools/tool_flags.h"
 

@@ -1,23 +1,39 @@
-// transports/transport.h — the one interface every transport implements.
+// transports/transport.h — the interfaces every transport implements: Link
+// (one established channel) and Transport (how links are made), after the
+// kernel's struct rds_transport.
 //
 // A Link is an established, reliable, ordered channel to one peer engine
 // (or kernel RDS node) that carries whole RDS messages. The engine hands it
 // messages whose headers are final (sequence numbers assigned) and receives
-// complete messages back; a transport never interprets header fields
-// (engine/wire does). Stream transports (TCP, Unix) implement it with
-// stream/StreamLink; verbs will implement it with queue pairs.
+// complete messages back. Framing, buffering, payload hand-off between
+// processes and anything else the medium needs are the link's own; the engine
+// sees messages only.
 //
-// Thread-safety: a Link is used only on the engine thread.
+// A Transport makes links: it serves a network namespace (its accepted links
+// go to TransportContext::on_accept) and connects a path. Which transport a
+// path uses is decided in transports/registry.h, the one place transports are
+// registered; the engine holds only Transport and Link pointers. How to add
+// one: docs/DESIGN.md §2.6.
+//
+// Thread-safety: Links and Transports are used with the engine's event-loop
+// run lock held (the engine thread, or an application thread on the inline
+// send path), except Transport::Serve (any thread, serialised by the engine).
 #ifndef RDS_TRANSPORTS_TRANSPORT_H_
 #define RDS_TRANSPORTS_TRANSPORT_H_
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/addr.h"
+#include "engine/event_loop.h"
 #include "engine/message.h"
-#include "engine/reassembler.h"
+#include "engine/netns.h"
 #include "engine/wire.h"
 
 namespace rds {
@@ -27,9 +43,12 @@ class Link {
   struct Callbacks {
     // A complete message arrived.
     std::function<void(wire::Header&& header, Payload&& payload)> on_message;
-    // Optional: the header of a large payload was read; storage for it other
-    // than a fresh buffer (Reassembler::Storage), or nullopt.
-    Reassembler::Storage payload_storage;
+    // Optional: the header of a large payload was received; storage for it
+    // other than a fresh buffer (engine/direct_receive.h), or nullopt. The
+    // filler is the link's part that fills it, which the lender may ask to
+    // give the storage back (PayloadFiller).
+    std::function<std::optional<Payload>(const wire::Header& header, PayloadFiller& filler)>
+        payload_storage;
     // An outgoing connection finished connecting (before any message).
     std::function<void()> on_connected;
     // A message has been written completely (its send space may be freed).
@@ -52,6 +71,82 @@ class Link {
   // Closes after every queued message has been written.
   virtual void CloseAfterFlush() = 0;
   virtual std::string Describe() const = 0;
+
+  // When the receive that completed the message being handed to on_message
+  // returned (MonotonicNs), for the RX latency trace; 0 if the link does not
+  // know (the caller takes the time itself).
+  virtual int64_t last_receive_ns() const { return 0; }
+  // The addresses of the connection under the link (a TCP connection's), for
+  // RDS_INFO tables and rdsctl; nullopt if it has none.
+  struct Endpoints {
+    RdsEndpoint local, peer;
+  };
+  virtual std::optional<Endpoints> endpoints() const { return std::nullopt; }
+  // Same-host links that carry descriptors: the one the peer passed with the
+  // last message, or -1. Ownership passes to the caller.
+  virtual int TakePassedFd() { return -1; }
+  // An accepted link that belongs to another engine of this host (its hello
+  // names that engine): moves the connection under it to the engine at
+  // `engine` (TransportContext::engine_address), with `hello` ahead of
+  // anything the peer sends; the caller then closes this link. Transports
+  // that cannot move a connection between processes return Unimplemented.
+  virtual absl::Status HandOver(const std::string& engine, const MessagePtr& hello) {
+    return absl::UnimplementedError("this link cannot be handed over");
+  }
+};
+
+// What a path's link connects: the namespace, the RDS addresses and the peer
+// engine's pid (0 when not known yet: a route query to a host).
+struct LinkTarget {
+  std::shared_ptr<NetNs> ns;
+  RdsAddr laddr, faddr;
+  uint32_t peer_pid = 0;
+};
+
+// What a transport gets from the engine that runs it.
+struct TransportContext {
+  EventLoop* loop = nullptr;
+  uint32_t own_pid = 0;
+  // Where the engine of process `pid` listens on this host (the host model's
+  // run directory, engine/registry.h): the address same-host links use.
+  std::function<std::string(uint32_t pid)> engine_address;
+  // A link a peer opened (engine thread). `from_ns`: the namespace it was
+  // accepted in, for transports that reach other hosts; null for same-host
+  // links (their hello names the namespace).
+  std::function<void(std::shared_ptr<Link> link, std::shared_ptr<NetNs> from_ns)> on_accept;
+};
+
+class Transport {
+ public:
+  struct Capabilities {
+    bool same_host = false;         // reaches engines of this host only
+    bool message_oriented = false;  // the medium keeps message boundaries (no stream framing)
+    bool own_acks = false;          // the medium acknowledges delivery to the peer itself
+    bool rdma = false;              // RDMA operations (RDS_CMSG_RDMA_*)
+    bool passes_fds = false;        // links carry descriptors (Link::TakePassedFd, HandOver)
+  };
+
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+
+  // Makes the engine reachable in `ns` over this transport (listening);
+  // synchronous. A transport that serves the whole host (same_host) serves it
+  // once; later calls are no-ops once it does.
+  virtual absl::Status Serve(const std::shared_ptr<NetNs>& ns) = 0;
+  // Opens a link to `to` (engine thread); on_connected follows when it is
+  // connected. `what` describes it in logs. NotFound: nobody serves that
+  // address (the peer engine or every engine of the host is gone); other
+  // errors are worth a retry.
+  virtual absl::StatusOr<std::shared_ptr<Link>> Connect(const LinkTarget& to,
+                                                        const std::string& what) = 0;
+  // A connection of this transport that another engine of the host accepted
+  // and handed over (Link::HandOver) arrived as descriptor `fd`: the link over
+  // it. Transports whose connections cannot move close `fd` and return null.
+  virtual std::shared_ptr<Link> Adopt(int fd, const std::string& what);
+  // At process exit, after the drain: stop being reachable (withdraw the
+  // listening address, so that other engines find it gone).
+  virtual void WithdrawAtExit() {}
 };
 
 }  // namespace rds

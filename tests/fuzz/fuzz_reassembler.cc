@@ -30,7 +30,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/reassembler.h"
+#include "transports/stream/reassembler.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace rds::fuzz {

@@ -109,7 +109,10 @@ class SharedSockets(unittest.TestCase):
                 answered[w] = answered.get(w, 0) + int(n)
         itlib.log(f"{REQUESTS} requests in {time.monotonic() - start:.1f} s; by worker {answered}")
         self.assertEqual(sum(answered.values()), REQUESTS)
-        self.assertGreaterEqual(len(answered), 2, f"only one worker answered: {answered}")
+        # How requests spread over the workers is not the test: neither the kernel nor the shim
+        # promises any spread (on a loaded machine one worker may take them all). That every
+        # worker receives is proven below: each exits on the one "quit" it takes, and the port
+        # is free only once all have.
         self.assertEqual(len(self.sockets_on_port()), 1)
         # The socket lives until its last holder closes it: then the port is free.
         self.run_to_end("quit", [echo(), "quit", ADDR, self.port, WORKERS])

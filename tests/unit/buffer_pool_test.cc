@@ -144,7 +144,7 @@ TEST(BufferPoolTest, AMessageFreedWhileSplicedAbandonsItsPayload) {
     data = m->payload.data();
     std::memset(data, 'o', kSize);
     reader.emplace(data);
-    m->spliced.store(true);  // never acknowledged
+    m->payload_on_loan.store(true);  // never acknowledged
   }
   uint8_t* b = buffer_pool::Allocate(kSize);
   ASSERT_EQ(b, data);

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "engine/reassembler.h"
+#include "transports/stream/reassembler.h"
 #include "engine/waiter.h"
 
 namespace rds {
@@ -47,7 +47,7 @@ TEST(DirectReceiveTest, WithdrawingMidPayloadMovesItOutOfTheBuffer) {
   std::vector<uint8_t> buffer(100000, 0);
   d->Prepare(buffer.data(), buffer.size(), &Waiter::ForThisThread());
   Reassembler r;
-  r.SetPayloadStorage([&](const wire::Header& h, Reassembler& filler) { return d->Lend(h.len, filler); },
+  r.SetPayloadStorage([&](const wire::Header& h, PayloadFiller& filler) { return d->Lend(h.len, filler); },
                       1024);
   std::vector<uint8_t> stream = Frame(80000, 'w');
   std::vector<Payload> got;

@@ -1,5 +1,5 @@
 // Unit tests for engine/reassembler: stream bytes back into messages.
-#include "engine/reassembler.h"
+#include "transports/stream/reassembler.h"
 
 #include <gtest/gtest.h>
 
@@ -76,7 +76,7 @@ class Lender : public PayloadOwner {
 
 // Storage that lends `buffer` for every payload.
 Reassembler::Storage LendAll(std::vector<uint8_t>& buffer, std::shared_ptr<Lender> lender) {
-  return [&buffer, lender](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
+  return [&buffer, lender](const wire::Header& h, PayloadFiller&) -> std::optional<Payload> {
     return Payload::Borrowed(buffer.data(), h.len, lender);
   };
 }
@@ -87,7 +87,7 @@ TEST(ReassemblerTest, LentStorageIsFilledInPlace) {
   Reassembler r;
   int asked = 0;
   r.SetPayloadStorage(
-      [&](const wire::Header& h, Reassembler&) -> std::optional<Payload> {
+      [&](const wire::Header& h, PayloadFiller&) -> std::optional<Payload> {
         ++asked;
         if (h.dport != 9) return std::nullopt;  // declined: a buffer of its own
         return Payload::Borrowed(buffer.data(), h.len, lender);

@@ -313,7 +313,7 @@ TEST_F(LinkPairTest, LargePayloadsToAnotherHostGoIntoTheSocketByReference) {
   // Never acknowledged here: the spliced ones keep the flag that makes their
   // storage abandoned (not reused under the kernel) when they are freed.
   for (size_t i = 0; i < sizes.size(); ++i) {
-    EXPECT_EQ(sent[i]->spliced.load(), sizes[i] >= (64 << 10)) << "message " << i;
+    EXPECT_EQ(sent[i]->payload_on_loan.load(), sizes[i] >= (64 << 10)) << "message " << i;
   }
   EXPECT_FALSE(a_closed_.load());
   EXPECT_FALSE(b_closed_.load());

@@ -8,7 +8,7 @@
 // references into the socket. The kernel then reads the pages until the peer
 // has read the bytes — on loopback and veth the receiving socket's buffers
 // *are* these pages — so the storage must not be written again before the
-// peer acknowledged the message (Message::spliced, Payload::Abandon).
+// peer acknowledged the message (Message::payload_on_loan, Payload::Abandon).
 //
 // One splicer per link. Its pipe may hold payload bytes that did not fit in
 // the socket yet (`pending()`); they are the next bytes of the stream, so the

@@ -14,6 +14,7 @@
 #include "engine/log.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
+#include "transports/host_channel.h"
 
 namespace rds {
 namespace {
@@ -93,11 +94,29 @@ void StreamLink::SetCallbacks(Callbacks callbacks) {
   reassembler_.SetPayloadStorage(cb_.payload_storage, kDirectReadMin);
 }
 
-int StreamLink::TakeReceivedFd() {
+int StreamLink::TakePassedFd() {
   if (received_fds_.empty()) return -1;
   int f = received_fds_.front();
   received_fds_.erase(received_fds_.begin());
   return f;
+}
+
+std::optional<Link::Endpoints> StreamLink::endpoints() const {
+  if (!tcp_ || closed_) return std::nullopt;
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  Endpoints e;
+  if (sys::Getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return std::nullopt;
+  e.local = FromKernelSockaddr(ss);
+  len = sizeof(ss);
+  if (sys::Getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return std::nullopt;
+  e.peer = FromKernelSockaddr(ss);
+  return e;
+}
+
+absl::Status StreamLink::HandOver(const std::string& engine, const MessagePtr& hello) {
+  if (!tcp_ || closed_) return absl::FailedPreconditionError("not an open TCP link");
+  return host_channel::Send(engine, hello, fd_);
 }
 
 void StreamLink::Send(MessagePtr m) {
@@ -470,7 +489,7 @@ bool StreamLink::SpliceFront() {
   const size_t poff = o.offset - wire::kHeaderSize;
   // From the first page in the pipe on, the pages are the kernel's to read
   // until the peer acknowledges the message.
-  o.m->spliced.store(true, std::memory_order_relaxed);
+  o.m->payload_on_loan.store(true, std::memory_order_relaxed);
   for (;;) {
     const ssize_t w = splicer_->Write(fd_, p.data() + poff, p.size() - poff, out_.size() > 1);
     if (w >= 0) {
@@ -574,7 +593,7 @@ void StreamLink::ArmReleaseTimer(absl::Duration delay) {
 
 void StreamLink::OnArenaAnnounce(const control::Control& c) {
   if (peer_arena_) return FailBadInput("the peer announced its arena twice");
-  const int fd = TakeReceivedFd();
+  const int fd = TakePassedFd();
   if (fd < 0) return FailBadInput("an arena announcement without its file descriptor");
   absl::StatusOr<std::vector<uint64_t>> size = control::DecodeU64List(c);
   if (!size.ok() || size->size() != 1) {

@@ -28,13 +28,14 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/control.h"
 #include "engine/event_loop.h"
 #include "engine/shm_arena.h"
-#include "engine/reassembler.h"
+#include "transports/stream/reassembler.h"
 #include "transports/stream/payload_splicer.h"
 #include "transports/stream/peer_arena.h"
 #include "transports/transport.h"
@@ -64,10 +65,15 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // When the read that completed the message being handed to on_message
   // returned (MonotonicNs): its receive time, taken once per read rather
   // than once per message.
-  int64_t last_read_ns() const { return last_read_ns_; }
+  int64_t last_receive_ns() const override { return last_read_ns_; }
+  // TCP links: the connection's addresses.
+  std::optional<Endpoints> endpoints() const override;
   // An fd received with SCM_RIGHTS (accept_fds links), or -1. Ownership passes
   // to the caller.
-  int TakeReceivedFd();
+  int TakePassedFd() override;
+  // TCP links accepted here: the socket goes to the engine at `engine` with
+  // SCM_RIGHTS (transports/host_channel.h). The caller closes this link.
+  absl::Status HandOver(const std::string& engine, const MessagePtr& hello) override;
 
  private:
   StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds, std::string description);

@@ -1,6 +1,6 @@
 // transports/unix/unix.h — same-host engine links over AF_UNIX streams.
 //
-// Every engine listens on <rundir>/engine-<pid>.sock. Links between engines
+// Every engine listens on <rundir>/engine-<pid>.sock (UnixTransport). Links between engines
 // on one host use the same framing as TCP (stream/StreamLink). The same
 // socket receives TCP connections handed over by the engine that accepted
 // them on the rendezvous port (SCM_RIGHTS).
@@ -21,7 +21,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/message.h"
 
 namespace rds::unix_link {
 
@@ -33,13 +32,6 @@ absl::StatusOr<int> Connect(const std::string& path);
 void WidenSendBuffer(int fd);
 // The uid of the process at the other end of a connected Unix socket.
 absl::StatusOr<uid_t> PeerUid(int fd);
-// Sends `m` (header + payload, one message) over a fresh connection to the
-// engine at `path`, with `fd_to_pass` attached (SCM_RIGHTS) unless it is -1.
-// Blocking, bounded (1 s).
-absl::Status HandOff(const std::string& path, const MessagePtr& m, int fd_to_pass);
-inline absl::Status SendOne(const std::string& path, const MessagePtr& m) {
-  return HandOff(path, m, -1);
-}
 
 }  // namespace rds::unix_link
 

@@ -1,4 +1,4 @@
-// engine/reassembler.h — turns a byte stream back into RDS messages.
+// transports/stream/reassembler.h — turns a byte stream back into RDS messages.
 //
 // Stream transports (TCP, Unix) feed whatever bytes they read; the
 // reassembler splits them into [48-byte header][h_len payload] records using
@@ -10,8 +10,8 @@
 // buffer (DirectTarget) instead of copying through its read buffer.
 //
 // Thread-safety: external synchronization required (one per stream).
-#ifndef RDS_ENGINE_REASSEMBLER_H_
-#define RDS_ENGINE_REASSEMBLER_H_
+#ifndef RDS_TRANSPORTS_STREAM_REASSEMBLER_H_
+#define RDS_TRANSPORTS_STREAM_REASSEMBLER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +25,7 @@
 
 namespace rds {
 
-class Reassembler {
+class Reassembler : public PayloadFiller {
  public:
   // Called for every complete message, in stream order.
   using Sink = std::function<void(wire::Header&& header, Payload&& payload)>;
@@ -47,7 +47,7 @@ class Reassembler {
   // decline (nullopt: a fresh buffer). Lent storage is given back by
   // destroying the payload — after the sink, or in Reset() — unless the
   // lender takes it back first with MovePayloadToOwnStorage().
-  using Storage = std::function<std::optional<Payload>(const wire::Header&, Reassembler&)>;
+  using Storage = std::function<std::optional<Payload>(const wire::Header&, PayloadFiller&)>;
   void SetPayloadStorage(Storage storage, size_t min_size) {
     storage_ = std::move(storage);
     storage_min_ = min_size;
@@ -63,7 +63,7 @@ class Reassembler {
   // memory: should it have become unreadable, the bytes are lost and the
   // next Feed/CommitDirect fails (the stream must be dropped; the message,
   // never acknowledged, comes again over the next link).
-  void MovePayloadToOwnStorage();
+  void MovePayloadToOwnStorage() override;
 
   // Same-host links: a header with a kExtShimPayloadRef record has no payload
   // bytes on the stream (the payload is in the sender's arena); it is handed
@@ -97,4 +97,4 @@ class Reassembler {
 
 }  // namespace rds
 
-#endif  // RDS_ENGINE_REASSEMBLER_H_
+#endif  // RDS_TRANSPORTS_STREAM_REASSEMBLER_H_

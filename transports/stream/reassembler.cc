@@ -1,5 +1,5 @@
-// engine/reassembler.cc — byte stream to messages.
-#include "engine/reassembler.h"
+// transports/stream/reassembler.cc — byte stream to messages.
+#include "transports/stream/reassembler.h"
 
 #include <algorithm>
 #include <cstring>

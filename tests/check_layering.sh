@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The include rules of docs/DESIGN.md §1, checked on the source tree:
+#   engine/      reaches transports only through transports/transport.h, registry.h and
+#                host_channel.h (never tcp/, unix/, stream/), and never preload/ or tools/;
+#   transports/  never includes preload/ or tools/;
+#   conf/        includes only conf/ and engine/sys.h (raw system calls).
+# Usage: check_layering.sh SOURCE_ROOT [STAMP]: STAMP is written when the rules hold (the build
+# runs it on every ninja, so an include against the layering fails the build).
+set -euo pipefail
+root="${1:-$(dirname "$0")/..}"
+stamp="${2:-}"
+cd "$root"
+bad=0
+check() {  # folder, forbidden-include regex, rule
+  local hits
+  hits=$(grep -rnE "^#include \"($2)" "$1" --include='*.h' --include='*.cc' || true)
+  if [ -n "$hits" ]; then
+    echo "layering: $1 must not include $3:"
+    echo "$hits"
+    bad=1
+  fi
+}
+check engine 'transports/(tcp|unix|stream)/|preload/|tools/' 'a transport'"'"'s own headers, preload/ or tools/'
+check transports 'preload/|tools/' 'preload/ or tools/'
+check conf 'engine/[^s]|engine/s[^y]|preload/|transports/|tools/' 'anything but conf/ and engine/sys.h'
+if [ "$bad" = 0 ] && [ -n "$stamp" ]; then : >"$stamp"; fi
+exit "$bad"

@@ -1,0 +1,365 @@
+// tests/unit/engine_transport_test.cc — the real engine over the in-memory
+// transport (mem_transport.h), the test playing the peer engine of another
+// host: route query, path hello, data, acknowledgements, retransmission after
+// a link loss, a peer restart, and links the peer opens. This is what a new
+// transport must carry (DESIGN.md §2.6), shown without any socket.
+//
+// Its own binary: the transports must be registered before the engine starts.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "engine/bind.h"
+#include "engine/control.h"
+#include "engine/engine.h"
+#include "engine/readiness.h"
+#include "engine/recv.h"
+#include "engine/send.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+#include "gtest/gtest.h"
+#include "tests/unit/mem_transport.h"
+
+namespace rds::testing {
+namespace {
+
+MemNetwork* network = nullptr;
+
+constexpr uint32_t kPeerPid = 4242;
+constexpr uint32_t kPeerGen = 0x1234;
+
+RdsAddr V4(const char* s) {
+  in_addr a;
+  inet_pton(AF_INET, s, &a);
+  return RdsAddr::FromV4(a);
+}
+
+sockaddr_in Sin(const char* addr, uint16_t port) {
+  sockaddr_in sin = {};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  inet_pton(AF_INET, addr, &sin.sin_addr);
+  return sin;
+}
+
+// An RDS socket of this process, bound to 127.0.0.1:port.
+struct TestSocket {
+  std::shared_ptr<RdsSocket> rs;
+  int fd = -1;
+
+  explicit TestSocket(uint16_t port) {
+    absl::StatusOr<BackingFd> b = CreateBackingFd(0);
+    EXPECT_TRUE(b.ok()) << b.status();
+    absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+    EXPECT_TRUE(ns.ok()) << ns.status();
+    absl::StatusOr<std::shared_ptr<RdsSocket>> s = CreateSocket(b->id, *ns, b->fd, false);
+    EXPECT_TRUE(s.ok()) << s.status();
+    rs = *s;
+    fd = b->fd;
+    sockaddr_in sin = Sin("127.0.0.1", port);
+    absl::Status bound = Bind(*rs, reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
+    EXPECT_TRUE(bound.ok()) << bound;
+  }
+  ~TestSocket() {
+    Release(*rs);
+    close(fd);
+  }
+
+  absl::StatusOr<size_t> SendTo(const char* addr, uint16_t port, const std::string& data) {
+    sockaddr_in to = Sin(addr, port);
+    iovec iov = {const_cast<char*>(data.data()), data.size()};
+    msghdr msg = {};
+    msg.msg_name = &to;
+    msg.msg_namelen = sizeof(to);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    return SendMsg(*rs, msg, 0);
+  }
+
+  // Waits (bounded) for one message; its payload and source.
+  std::string Receive(sockaddr_in* from) {
+    char buf[256];
+    iovec iov = {buf, sizeof(buf)};
+    msghdr msg = {};
+    msg.msg_name = from;
+    msg.msg_namelen = sizeof(*from);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    absl::StatusOr<size_t> n = RecvMsg(*rs, fd, msg, 0);
+    if (!n.ok()) return "error: " + n.status().ToString();
+    return std::string(buf, *n);
+  }
+};
+
+bool IsData(const Record& r) {
+  return !control::IsHello(r.header) && !wire::IsShimControl(r.header) &&
+         !wire::IsCongMap(r.header) && r.header.dport != 0;
+}
+
+std::string Text(const Record& r) { return std::string(r.payload.begin(), r.payload.end()); }
+
+// The peer's half of a link hello exchange: the engine's hello on `ch`, then
+// the peer's reply.
+control::Hello ExpectHello(MemChannel& ch) {
+  std::optional<Record> r = ch.Next();
+  EXPECT_TRUE(r.has_value()) << "no hello";
+  if (!r) return {};
+  MessagePtr m = NewMessage();
+  m->header = r->header;
+  m->payload = Payload(r->payload.data(), r->payload.size());
+  absl::StatusOr<control::Hello> h = control::DecodeHello(m->header, m->payload);
+  EXPECT_TRUE(h.ok()) << h.status();
+  return h.ok() ? *h : control::Hello{};
+}
+
+void Reply(MemChannel& ch, control::HelloResult result, uint32_t answer_pid, uint32_t gen,
+           uint64_t ack) {
+  control::Hello r;
+  r.kind = control::HelloKind::kReply;
+  r.result = result;
+  r.pid = kPeerPid;
+  r.gen = gen;
+  r.uid = getuid();
+  r.answer_pid = answer_pid;
+  r.ack = ack;
+  ch.Deliver(control::EncodeHello(r));
+}
+
+void Ack(MemChannel& ch, uint64_t seq) {
+  control::Control c;
+  c.op = control::Op::kAck;
+  MessagePtr m = control::EncodeControl(c);
+  m->header.ack = seq;
+  ch.Deliver(std::move(m));
+}
+
+// The path's messages the engine holds for retransmission.
+size_t Unacked(const char* faddr) {
+  size_t n = 0;
+  for (const PathInfo& p : Engine::Get().Snapshot(std::nullopt)) {
+    if (p.faddr == V4(faddr)) n += p.retrans.size();
+  }
+  return n;
+}
+
+bool WaitUnacked(const char* faddr, size_t want) {
+  for (int i = 0; i < 500; ++i) {
+    if (Unacked(faddr) == want) return true;
+    usleep(10 * 1000);
+  }
+  return false;
+}
+
+// Answers the engine's route query for the host of `attempt` with kPeerPid,
+// then accepts its path link; returns the path's channel.
+std::shared_ptr<MemChannel> AnswerQueryAndAccept(uint16_t port, uint64_t ack = 0,
+                                                 uint32_t gen = kPeerGen) {
+  std::optional<Attempt> q = network->NextAttempt();
+  EXPECT_TRUE(q.has_value()) << "no route query";
+  if (!q) return nullptr;
+  EXPECT_EQ(q->target.peer_pid, 0u);
+  q->channel->Connected();
+  control::Hello query = ExpectHello(*q->channel);
+  EXPECT_EQ(query.kind, control::HelloKind::kQuery);
+  EXPECT_EQ(query.query_port, port);
+  Reply(*q->channel, control::HelloResult::kAnswer, kPeerPid, gen, 0);
+  EXPECT_TRUE(q->channel->WaitClosedByEngine()) << "the query link stays open";
+
+  std::optional<Attempt> a = network->NextAttempt();
+  EXPECT_TRUE(a.has_value()) << "no path link";
+  if (!a) return nullptr;
+  EXPECT_EQ(a->target.peer_pid, kPeerPid);
+  a->channel->Connected();
+  control::Hello link = ExpectHello(*a->channel);
+  EXPECT_EQ(link.kind, control::HelloKind::kLink);
+  EXPECT_EQ(link.target_pid, kPeerPid);
+  Reply(*a->channel, control::HelloResult::kAccept, 0, gen, ack);
+  return a->channel;
+}
+
+TEST(EngineOverTransport, RoutesSendsAcknowledgesAndReceives) {
+  TestSocket s(4000);
+  ASSERT_TRUE(s.SendTo("10.99.0.2", 5000, "hello").ok());
+  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept(5000);
+  ASSERT_NE(ch, nullptr);
+  EXPECT_GE(network->served(), 1) << "bind serves the namespace over every transport";
+
+  // The congestion map first on a new link, then the data, in sequence.
+  std::optional<Record> first = ch->Next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(wire::IsCongMap(first->header));
+  std::optional<Record> data = ch->NextWhere(IsData);
+  ASSERT_TRUE(data.has_value());
+  EXPECT_EQ(Text(*data), "hello");
+  EXPECT_EQ(data->header.sport, 4000);
+  EXPECT_EQ(data->header.dport, 5000);
+  EXPECT_EQ(data->header.sequence, 1u);
+  EXPECT_TRUE(WaitUnacked("10.99.0.2", 1));
+
+  // The peer's acknowledgement frees it.
+  Ack(*ch, 1);
+  EXPECT_TRUE(WaitUnacked("10.99.0.2", 0));
+
+  // The peer sends: the socket receives, and the engine acknowledges.
+  wire::Header h;
+  h.sequence = 1;
+  h.sport = 5000;
+  h.dport = 4000;
+  h.flags = wire::kFlagAckRequired;
+  ch->Deliver(h, {'w', 'o', 'r', 'l', 'd'});
+  sockaddr_in from = {};
+  EXPECT_EQ(s.Receive(&from), "world");
+  EXPECT_EQ(ntohs(from.sin_port), 5000);
+  char addr[INET_ADDRSTRLEN];
+  EXPECT_STREQ(inet_ntop(AF_INET, &from.sin_addr, addr, sizeof(addr)), "10.99.0.2");
+  std::optional<Record> ack = ch->NextWhere([](const Record& r) { return r.header.ack >= 1; });
+  EXPECT_TRUE(ack.has_value()) << "the engine did not acknowledge";
+}
+
+TEST(EngineOverTransport, RetransmitsAfterLinkLossAndSkipsWhatThePeerHas) {
+  TestSocket s(4001);
+  ASSERT_TRUE(s.SendTo("10.99.0.3", 5001, "one").ok());
+  ASSERT_TRUE(s.SendTo("10.99.0.3", 5001, "two").ok());
+  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept(5001);
+  ASSERT_NE(ch, nullptr);
+  std::optional<Record> one = ch->NextWhere(IsData);
+  std::optional<Record> two = ch->NextWhere(IsData);
+  ASSERT_TRUE(one && two);
+  EXPECT_EQ(Text(*two), "two");
+  EXPECT_TRUE(WaitUnacked("10.99.0.3", 2));
+
+  // The link fails before any acknowledgement; the engine reconnects, and
+  // the peer says in its accept that it delivered the first.
+  ch->Fail(absl::UnavailableError("cable pulled"));
+  std::optional<Attempt> again = network->NextAttempt();
+  ASSERT_TRUE(again.has_value()) << "no reconnect";
+  EXPECT_EQ(again->target.peer_pid, kPeerPid);
+  again->channel->Connected();
+  EXPECT_EQ(ExpectHello(*again->channel).kind, control::HelloKind::kLink);
+  Reply(*again->channel, control::HelloResult::kAccept, 0, kPeerGen, /*ack=*/1);
+
+  std::optional<Record> resent = again->channel->NextWhere(IsData);
+  ASSERT_TRUE(resent.has_value()) << "nothing retransmitted";
+  EXPECT_EQ(Text(*resent), "two");
+  EXPECT_EQ(resent->header.sequence, two->header.sequence);
+  EXPECT_TRUE(resent->header.flags & wire::kFlagRetransmitted);
+  Ack(*again->channel, resent->header.sequence);
+  EXPECT_TRUE(WaitUnacked("10.99.0.3", 0));
+  // Nothing else: "one" is not sent twice.
+  EXPECT_FALSE(again->channel->NextWhere(IsData, absl::Milliseconds(200)).has_value());
+}
+
+TEST(EngineOverTransport, PeerRestartDropsWhatTheOldPeerWasSent) {
+  TestSocket s(4002);
+  ASSERT_TRUE(s.SendTo("10.99.0.4", 5002, "for the old peer").ok());
+  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept(5002);
+  ASSERT_NE(ch, nullptr);
+  ASSERT_TRUE(ch->NextWhere(IsData).has_value());
+  ch->Fail(absl::UnavailableError("peer restarted"));
+  std::optional<Attempt> again = network->NextAttempt();
+  ASSERT_TRUE(again.has_value());
+  again->channel->Connected();
+  ExpectHello(*again->channel);
+  // A new generation: the old sequence space and what was sent into it are gone.
+  Reply(*again->channel, control::HelloResult::kAccept, 0, kPeerGen + 1, 0);
+  EXPECT_FALSE(again->channel->NextWhere(IsData, absl::Milliseconds(300)).has_value());
+  EXPECT_TRUE(WaitUnacked("10.99.0.4", 0));
+
+  ASSERT_TRUE(s.SendTo("10.99.0.4", 5002, "for the new one").ok());
+  std::optional<Record> fresh = again->channel->NextWhere(IsData);
+  ASSERT_TRUE(fresh.has_value());
+  EXPECT_EQ(Text(*fresh), "for the new one");
+  EXPECT_EQ(fresh->header.sequence, 2u) << "the sender's sequence space goes on";
+}
+
+TEST(EngineOverTransport, AcceptsALinkThePeerOpens) {
+  TestSocket s(4003);
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+  ASSERT_TRUE(ns.ok());
+  std::shared_ptr<MemChannel> ch = network->OpenToEngine(*ns);
+  ASSERT_NE(ch, nullptr);
+  control::Hello h;
+  h.kind = control::HelloKind::kLink;
+  h.pid = kPeerPid;
+  h.gen = kPeerGen;
+  h.uid = getuid();
+  h.from_addr = V4("10.99.0.5");
+  h.to_addr = V4("127.0.0.1");
+  h.target_pid = static_cast<uint32_t>(getpid());
+  ch->Deliver(control::EncodeHello(h));
+  control::Hello reply = ExpectHello(*ch);
+  EXPECT_EQ(reply.kind, control::HelloKind::kReply);
+  EXPECT_EQ(reply.result, control::HelloResult::kAccept);
+  EXPECT_EQ(reply.pid, static_cast<uint32_t>(getpid()));
+
+  wire::Header d;
+  d.sequence = 1;
+  d.sport = 6000;
+  d.dport = 4003;
+  ch->Deliver(d, {'h', 'i'});
+  sockaddr_in from = {};
+  EXPECT_EQ(s.Receive(&from), "hi");
+  EXPECT_EQ(ntohs(from.sin_port), 6000);
+
+  // A message for a port nobody bound: the peer is told.
+  d.sequence = 2;
+  d.dport = 4999;
+  ch->Deliver(d, {'x'});
+  std::optional<Record> notice = ch->NextWhere([](const Record& r) {
+    return wire::IsShimControl(r.header);
+  });
+  ASSERT_TRUE(notice.has_value());
+  MessagePtr m = NewMessage();
+  m->header = notice->header;
+  m->payload = Payload(notice->payload.data(), notice->payload.size());
+  absl::StatusOr<control::Control> c = control::DecodeControl(m->header, m->payload);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->op, control::Op::kPortUnreachable);
+  EXPECT_EQ(c->port, 4999);
+}
+
+TEST(EngineOverTransport, RefusedHostDropsItsMessages) {
+  TestSocket s(4004);
+  const uint64_t dropped = stats::Get(stats::kShimSendDropNoRoute);
+  ASSERT_TRUE(s.SendTo("10.99.0.6", 5004, "nobody").ok());
+  std::optional<Attempt> q = network->NextAttempt();
+  ASSERT_TRUE(q.has_value());
+  // Nobody serves that host: the query's connection is refused, and the
+  // message is dropped as a kernel host drops one for a port nobody bound.
+  q->channel->Fail(absl::NotFoundError("refused"));
+  for (int i = 0; i < 500 && stats::Get(stats::kShimSendDropNoRoute) == dropped; ++i) {
+    usleep(10 * 1000);
+  }
+  EXPECT_EQ(stats::Get(stats::kShimSendDropNoRoute), dropped + 1);
+  // The host is asked again for the next message, not left waiting.
+  ASSERT_TRUE(s.SendTo("10.99.0.6", 5004, "again").ok());
+  std::optional<Attempt> again = network->NextAttempt();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->target.peer_pid, 0u);
+}
+
+}  // namespace
+}  // namespace rds::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  // A run directory of its own, and the transports, before the engine starts.
+  char dir[] = "/tmp/rds-engine-test.XXXXXX";
+  if (mkdtemp(dir) == nullptr) return 2;
+  setenv("RDS_PRELOAD_RUNDIR", dir, 1);
+  static rds::testing::MemNetwork net;
+  rds::testing::network = &net;
+  rds::SetTransportFactoryForTest(net.Factory());
+  const int rc = RUN_ALL_TESTS();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  // The engine thread runs on: leave without destructors racing it.
+  _exit(rc);
+}
