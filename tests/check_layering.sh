@@ -9,6 +9,7 @@
 set -euo pipefail
 root="${1:-$(dirname "$0")/..}"
 stamp="${2:-}"
+[ -z "$stamp" ] || stamp="$(realpath -m "$stamp")"
 cd "$root"
 bad=0
 check() {  # folder, forbidden-include regex, rule
