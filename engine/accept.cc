@@ -31,8 +31,13 @@ void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tc
     if (!l) return;
     OnIncomingHello(l, tcp_ns, std::move(h), std::move(payload));
   };
-  cb.on_closed = [this, weak](const absl::Status&) {
-    if (auto l = weak.lock()) incoming_.erase(l);
+  // A TCP connection's addresses while it is open (a poke closes before any message).
+  std::optional<Link::Endpoints> ends = tcp_ns ? link->endpoints() : std::nullopt;
+  cb.on_closed = [this, weak, tcp_ns, ends](const absl::Status&) {
+    auto l = weak.lock();
+    if (!l || !incoming_.contains(l)) return;
+    incoming_.erase(l);
+    if (tcp_ns && ends) OnPoke(tcp_ns, *ends);
   };
   link->SetCallbacks(std::move(cb));
 }
@@ -58,6 +63,18 @@ void Engine::OnIncomingHello(const std::shared_ptr<Link>& link,
                              const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h,
                              Payload&& payload) {
   if (!incoming_.contains(link)) return;  // already handled; more bytes before our reply
+  if (tcp_ns && LooksLikeKernelNode(h)) {
+    // A kernel node connected (it has the smaller address).
+    std::optional<Link::Endpoints> e = link->endpoints();
+    incoming_.erase(link);
+    if (!e) {
+      link->Close();
+      return;
+    }
+    Connection& c = GetConnection(tcp_ns, e->local.addr, e->peer.addr);
+    AdoptKernelLink(c, link, std::move(h), std::move(payload));
+    return;
+  }
   absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
   if (!hello.ok()) {
     stats::Inc(stats::kShimConnDropBadInput);

@@ -86,7 +86,7 @@ void Engine::ConnectPath(Path& p) {
     p.connect_delayed = false;
   }
   absl::StatusOr<std::shared_ptr<Link>> opened = transports_.For(c.local).Connect(
-      LinkTarget{c.ns, c.key.laddr, c.key.faddr, p.peer_pid},
+      LinkTarget{c.ns, c.key.laddr, c.key.faddr, IsKernelPath(p) ? 0 : p.peer_pid},
       absl::StrFormat("%s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
                       p.peer_pid));
   if (!opened.ok()) {
@@ -100,6 +100,10 @@ void Engine::ConnectPath(Path& p) {
   }
   std::shared_ptr<Link> link = *std::move(opened);
   p.connecting = link;
+  if (IsKernelPath(p)) {
+    ConnectKernelPath(p, link);
+    return;
+  }
   Path* pp = &p;
   std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
@@ -121,6 +125,22 @@ void Engine::ConnectPath(Path& p) {
   cb.on_message = [this, pp, weak](wire::Header&& h, Payload&& payload) {
     auto l = weak.lock();
     if (!l) return;
+    if (LooksLikeKernelNode(h)) {
+      // A kernel node where an engine was expected: its connection is the
+      // node's path, and what waited for that engine goes there.
+      pp->connecting.reset();
+      Connection& c = pp->conn;
+      std::deque<MessagePtr> moved;
+      for (MessagePtr& m : pp->backlog) {
+        m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
+        moved.push_back(std::move(m));
+      }
+      pp->backlog.clear();
+      AdoptKernelLink(c, l, std::move(h), std::move(payload));
+      Path& node = GetPath(c, kKernelNodePid, false);
+      for (MessagePtr& m : moved) PathSend(node, std::move(m));
+      return;
+    }
     absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
     if (!hello.ok() || hello->kind != control::HelloKind::kReply) {
       stats::Inc(stats::kShimConnDropBadInput);
@@ -242,6 +262,7 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
   cb.payload_storage = [this, pp](const wire::Header& h, PayloadFiller& filler) {
     return DirectStorage(*pp, h, filler);
   };
+  cb.on_transport_acked = [this, pp](uint64_t seq) { OnAck(*pp, seq); };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
     if (pp->link != weak.lock()) return;
     OnPathDown(*pp, why);
@@ -256,6 +277,10 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
     if (m->header.flags & wire::kFlagRetransmitted) stats::Inc(stats::kShimRetransmitted);
     Transmit(p, std::move(m));
   }
+  // A kernel node: our NPATHS (1: one connection per address pair) and
+  // generation on every new connection (kernel-rds.md §E.4, §E.7), after
+  // what is retransmitted (its sequence numbers are older) and before new data.
+  if (IsKernelPath(p)) SendHandshake(p, /*pong=*/false);
   ResolvePending(p.conn);
 }
 

@@ -96,6 +96,9 @@ class Connection {
   const ConnKey key;
   const std::shared_ptr<NetNs> ns;
   const bool local;  // faddr is an address of this host (namespace)
+  // faddr is a kernel RDS node (engine/kernel_peer.cc): one path, kKernelNodePid,
+  // carries every port, and the node acknowledges by TCP only.
+  bool kernel_peer = false;
   uint64_t loop_delivered = 0;  // messages delivered within this process (loopback)
   absl::flat_hash_map<uint32_t, std::unique_ptr<Path>> paths;
   absl::flat_hash_map<uint16_t, Route> routes;

@@ -237,7 +237,8 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
         pi.ns = key.ns;
         pi.laddr = key.laddr;
         pi.faddr = key.faddr;
-        pi.peer_pid = pid;
+        pi.kernel_node = IsKernelPath(*p);
+        pi.peer_pid = pi.kernel_node ? 0 : pid;
         pi.same_host = c->local;
         pi.up = p->link != nullptr;
         pi.connecting = p->connecting != nullptr;

@@ -56,6 +56,7 @@ struct PathInfo {
   uint32_t peer_pid = 0;
   bool same_host = false;
   bool in_process = false;  // this process's own loopback deliveries (peer_pid is ours)
+  bool kernel_node = false;  // the peer is a kernel RDS node (peer_pid 0)
   bool up = false;
   bool connecting = false;
   uint64_t next_tx_seq = 0;
@@ -166,6 +167,8 @@ class Engine {
   // answers: its messages wait and are routed again every kParkedRetry.
   static constexpr uint32_t kParkedPid = 0xffffffffu;
   static constexpr absl::Duration kParkedRetry = absl::Milliseconds(5);
+  // The path to a kernel RDS node (its "engine": there is one per address pair).
+  static constexpr uint32_t kKernelNodePid = 0xfffffffeu;
   void RetryParkedLater(Connection& c);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);
@@ -203,6 +206,21 @@ class Engine {
   void DropClosedSenders(std::deque<MessagePtr>& q, const RdsSocket* only);
   // Routes the messages Submit queued for the engine thread, in order.
   void RouteSubmitted();
+
+  // Kernel RDS nodes (engine/kernel_peer.cc). A first message that is no
+  // shim's (LooksLikeKernelNode) makes `link` the node's path of `c`.
+  static bool LooksLikeKernelNode(const wire::Header& h);
+  static bool IsKernelPath(const Path& p);
+  void AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::Header&& first,
+                       Payload&& payload);
+  // A handshake ping (or, `pong`, its answer): NPATHS 1 and our generation.
+  void SendHandshake(Path& p, bool pong);
+  void OnKernelHandshake(Path& p, const wire::Header& h);
+  // ConnectPath for a kernel node: who connects by address order (§C.7).
+  void ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link);
+  // An incoming TCP connection from `peer` that closed before its first
+  // message: a larger-address kernel node's poke; connect back.
+  void OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e);
 
   // A link a peer opened (TransportContext::on_accept): its hello says what
   // it is for. `tcp_ns`: the namespace a link from another host was

@@ -77,7 +77,10 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     }
     return;
   }
-  if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) return;
+  if (wire::IsHandshakePing(h) || wire::IsHandshakePong(h)) {
+    if (IsKernelPath(p)) OnKernelHandshake(p, h);
+    return;
+  }
   if (AlreadyDelivered(p, h)) {
     // Already delivered before the link broke (kernel rds_recv_incoming).
     stats::Inc(stats::kRecvDropOldSeq);
@@ -124,6 +127,18 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     // in order with what it sends there after (the notice goes before any
     // acknowledgement that covers this message).
     absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, h.dport);
+    if (IsKernelPath(p)) {
+      // A node has no notices: the message is dropped as the kernel drops
+      // one for an unbound port (a moved socket's included: the node
+      // counted it delivered once TCP had it).
+      if (owner.ok() && *owner != 0) {
+        log::Warn("a kernel node's message for port %d came while its socket moved to another "
+                  "process; dropped",
+                  h.dport);
+      }
+      stats::Inc(stats::kRecvDropNoSock);
+      return true;
+    }
     if (owner.ok() && *owner != 0) {
       const uint64_t seq = h.sequence;
       SendControl(p, control::EncodeU64List(control::Op::kMoved, {&seq, 1}));

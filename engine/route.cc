@@ -117,7 +117,13 @@ bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool
     }
     return true;
   }
-  if (port == 0) {
+  if (c.kernel_peer) {
+    // One node owns every port there; what still waits for a route goes first.
+    if (auto waiting = c.unresolved.find(port);
+        waiting == c.unresolved.end() || waiting->second.empty()) {
+      return send_on(kKernelNodePid);
+    }
+  } else if (port == 0) {
     if (Path* p = c.AnyUpPath()) {
       PathSend(*p, std::move(m));
       return true;
@@ -168,6 +174,10 @@ void Engine::RetryParkedLater(Connection& c) {
 }
 
 void Engine::Resolve(Connection& c, uint16_t port) {
+  if (c.kernel_peer) {
+    OnRouteAnswer(c, port, kKernelNodePid);
+    return;
+  }
   if (c.querying.contains(port)) return;
   if (Path* p = c.AnyUpPath()) {
     c.querying.insert(port);
@@ -233,6 +243,11 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
   cb.on_message = [this, cp, weak, port](wire::Header&& h, Payload&& payload) {
     auto l = weak.lock();
     if (!l || cp->query_link != l) return;
+    if (LooksLikeKernelNode(h)) {
+      // Not an engine but a kernel node: this connection is its path.
+      AdoptKernelLink(*cp, l, std::move(h), std::move(payload));
+      return;
+    }
     absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
     cp->query_link.reset();
     l->Close();
@@ -282,6 +297,7 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
     return;
   }
   if (port != 0) c.routes[port] = {pid, 0};
+  if (port == 0 && waiting.empty()) return;  // a probe (OnPoke): nothing to send
   Path& p = GetPath(c, pid, true);
   for (MessagePtr& m : waiting) PathSend(p, std::move(m));
 }

@@ -205,7 +205,7 @@ void Engine::Transmit(Path& p, MessagePtr m) {
 // Control traffic (route queries, acknowledgements, notices) has no sequence
 // number and is not retransmitted: it is regenerated when a link comes up.
 void Engine::SendControl(Path& p, MessagePtr m) {
-  if (!p.link) return;
+  if (!p.link || IsKernelPath(p)) return;  // a kernel node would misread it
   m->header.ack = p.rx_delivered;
   p.rx_acked = p.rx_delivered;
   p.link->Send(std::move(m));
@@ -227,7 +227,8 @@ void Engine::OnAck(Path& p, uint64_t ack) {
 }
 
 void Engine::ScheduleAck(Path& p, bool urgent) {
-  if (p.rx_acked == p.rx_delivered) return;
+  // A kernel node takes TCP's acknowledgement; it has no use for ours.
+  if (p.rx_acked == p.rx_delivered || IsKernelPath(p)) return;
   Path* pp = &p;
   if (urgent) {
     // After the current batch of reads: one acknowledgement covers them all.

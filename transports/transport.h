@@ -53,6 +53,9 @@ class Link {
     std::function<void()> on_connected;
     // A message has been written completely (its send space may be freed).
     std::function<void(const MessagePtr& m)> on_sent;
+    // After ReportTransportAcks: the medium acknowledged every message through
+    // sequence `seq` sent on this link (the peer's TCP stack has the bytes).
+    std::function<void(uint64_t seq)> on_transport_acked;
     // The link failed or the peer closed it; no callback follows. Reported
     // from the event loop (never from inside Send); messages sent after the
     // failure and before this callback are silently dropped. An outgoing
@@ -82,6 +85,11 @@ class Link {
     RdsEndpoint local, peer;
   };
   virtual std::optional<Endpoints> endpoints() const { return std::nullopt; }
+  // The peer does not acknowledge messages itself (a kernel RDS node: its
+  // sender frees a message once TCP has acknowledged the bytes, and so must
+  // we): report the medium's acknowledgements through on_transport_acked.
+  // False if the medium has none to report.
+  virtual bool ReportTransportAcks() { return false; }
   // Same-host links that carry descriptors: the one the peer passed with the
   // last message, or -1. Ownership passes to the caller.
   virtual int TakePassedFd() { return -1; }

@@ -157,11 +157,20 @@ bool WaitUnacked(const char* faddr, size_t want) {
   return false;
 }
 
+// The engine's next link to `faddr` (other tests' retries may still be queued).
+std::optional<Attempt> NextAttemptTo(const char* faddr) {
+  std::optional<Attempt> a;
+  do {
+    a = network->NextAttempt();
+  } while (a && a->target.faddr != V4(faddr));
+  return a;
+}
+
 // Answers the engine's route query for the host of `attempt` with kPeerPid,
 // then accepts its path link; returns the path's channel.
-std::shared_ptr<MemChannel> AnswerQueryAndAccept(uint16_t port, uint64_t ack = 0,
+std::shared_ptr<MemChannel> AnswerQueryAndAccept(const char* faddr, uint16_t port, uint64_t ack = 0,
                                                  uint32_t gen = kPeerGen) {
-  std::optional<Attempt> q = network->NextAttempt();
+  std::optional<Attempt> q = NextAttemptTo(faddr);
   EXPECT_TRUE(q.has_value()) << "no route query";
   if (!q) return nullptr;
   EXPECT_EQ(q->target.peer_pid, 0u);
@@ -172,7 +181,7 @@ std::shared_ptr<MemChannel> AnswerQueryAndAccept(uint16_t port, uint64_t ack = 0
   Reply(*q->channel, control::HelloResult::kAnswer, kPeerPid, gen, 0);
   EXPECT_TRUE(q->channel->WaitClosedByEngine()) << "the query link stays open";
 
-  std::optional<Attempt> a = network->NextAttempt();
+  std::optional<Attempt> a = NextAttemptTo(faddr);
   EXPECT_TRUE(a.has_value()) << "no path link";
   if (!a) return nullptr;
   EXPECT_EQ(a->target.peer_pid, kPeerPid);
@@ -187,7 +196,7 @@ std::shared_ptr<MemChannel> AnswerQueryAndAccept(uint16_t port, uint64_t ack = 0
 TEST(EngineOverTransport, RoutesSendsAcknowledgesAndReceives) {
   TestSocket s(4000);
   ASSERT_TRUE(s.SendTo("10.99.0.2", 5000, "hello").ok());
-  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept(5000);
+  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept("10.99.0.2", 5000);
   ASSERT_NE(ch, nullptr);
   EXPECT_GE(network->served(), 1) << "bind serves the namespace over every transport";
 
@@ -227,7 +236,7 @@ TEST(EngineOverTransport, RetransmitsAfterLinkLossAndSkipsWhatThePeerHas) {
   TestSocket s(4001);
   ASSERT_TRUE(s.SendTo("10.99.0.3", 5001, "one").ok());
   ASSERT_TRUE(s.SendTo("10.99.0.3", 5001, "two").ok());
-  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept(5001);
+  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept("10.99.0.3", 5001);
   ASSERT_NE(ch, nullptr);
   std::optional<Record> one = ch->NextWhere(IsData);
   std::optional<Record> two = ch->NextWhere(IsData);
@@ -238,7 +247,7 @@ TEST(EngineOverTransport, RetransmitsAfterLinkLossAndSkipsWhatThePeerHas) {
   // The link fails before any acknowledgement; the engine reconnects, and
   // the peer says in its accept that it delivered the first.
   ch->Fail(absl::UnavailableError("cable pulled"));
-  std::optional<Attempt> again = network->NextAttempt();
+  std::optional<Attempt> again = NextAttemptTo("10.99.0.3");
   ASSERT_TRUE(again.has_value()) << "no reconnect";
   EXPECT_EQ(again->target.peer_pid, kPeerPid);
   again->channel->Connected();
@@ -259,11 +268,11 @@ TEST(EngineOverTransport, RetransmitsAfterLinkLossAndSkipsWhatThePeerHas) {
 TEST(EngineOverTransport, PeerRestartDropsWhatTheOldPeerWasSent) {
   TestSocket s(4002);
   ASSERT_TRUE(s.SendTo("10.99.0.4", 5002, "for the old peer").ok());
-  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept(5002);
+  std::shared_ptr<MemChannel> ch = AnswerQueryAndAccept("10.99.0.4", 5002);
   ASSERT_NE(ch, nullptr);
   ASSERT_TRUE(ch->NextWhere(IsData).has_value());
   ch->Fail(absl::UnavailableError("peer restarted"));
-  std::optional<Attempt> again = network->NextAttempt();
+  std::optional<Attempt> again = NextAttemptTo("10.99.0.4");
   ASSERT_TRUE(again.has_value());
   again->channel->Connected();
   ExpectHello(*again->channel);
@@ -329,7 +338,7 @@ TEST(EngineOverTransport, RefusedHostDropsItsMessages) {
   TestSocket s(4004);
   const uint64_t dropped = stats::Get(stats::kShimSendDropNoRoute);
   ASSERT_TRUE(s.SendTo("10.99.0.6", 5004, "nobody").ok());
-  std::optional<Attempt> q = network->NextAttempt();
+  std::optional<Attempt> q = NextAttemptTo("10.99.0.6");
   ASSERT_TRUE(q.has_value());
   // Nobody serves that host: the query's connection is refused, and the
   // message is dropped as a kernel host drops one for a port nobody bound.
@@ -340,9 +349,158 @@ TEST(EngineOverTransport, RefusedHostDropsItsMessages) {
   EXPECT_EQ(stats::Get(stats::kShimSendDropNoRoute), dropped + 1);
   // The host is asked again for the next message, not left waiting.
   ASSERT_TRUE(s.SendTo("10.99.0.6", 5004, "again").ok());
-  std::optional<Attempt> again = network->NextAttempt();
+  std::optional<Attempt> again = NextAttemptTo("10.99.0.6");
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->target.peer_pid, 0u);
+}
+
+// ---------------------------------------------------------------------------
+// A kernel RDS node as the peer (kernel-rds.md §C.6–§C.9, §E): the test plays
+// rds_tcp.
+
+wire::Header CongMapHeader() {
+  wire::Header h;
+  h.flags = wire::kFlagCongBitmap;
+  return h;
+}
+
+std::vector<uint8_t> EmptyCongMap() { return std::vector<uint8_t>(wire::kCongMapBytes, 0); }
+
+bool IsShimOnly(const Record& r) { return control::IsHello(r.header) || wire::IsShimControl(r.header); }
+
+// Everything the engine wrote to the node, until nothing came for `quiet`.
+std::vector<Record> Drain(MemChannel& ch, absl::Duration quiet = absl::Milliseconds(100)) {
+  std::vector<Record> out;
+  while (std::optional<Record> r = ch.Next(quiet)) out.push_back(std::move(*r));
+  return out;
+}
+
+TEST(EngineWithKernelNode, SmallerAddressConnectsHandshakesAndFreesOnTcpAck) {
+  TestSocket s(4100);
+  ASSERT_TRUE(s.SendTo("192.168.99.2", 5100, "to the kernel").ok());
+  // The engine asks the host which engine owns the port; a kernel node
+  // answers a connection with its congestion map instead.
+  std::optional<Attempt> a = NextAttemptTo("192.168.99.2");
+  ASSERT_TRUE(a.has_value());
+  a->channel->Connected();
+  ASSERT_TRUE(a->channel->Next().has_value());  // the shim's hello, a handshake ping to the node
+  a->channel->Deliver(CongMapHeader(), EmptyCongMap());
+
+  std::vector<Record> sent = Drain(*a->channel);
+  ASSERT_GE(sent.size(), 3u);
+  EXPECT_TRUE(wire::IsCongMap(sent[0].header)) << "the congestion map goes first";
+  EXPECT_TRUE(wire::IsHandshakePing(sent[1].header));
+  wire::ExtHeaders ext = wire::ParseExtHeaders(sent[1].header);
+  EXPECT_EQ(ext.npaths, std::optional<uint16_t>(1)) << "NPATHS 1 or 8, nothing else";
+  EXPECT_TRUE(ext.gen_num.has_value() && *ext.gen_num != 0);
+  EXPECT_FALSE(ext.shim_hello);
+  EXPECT_EQ(Text(sent[2]), "to the kernel");
+  EXPECT_EQ(sent[2].header.sequence, sent[1].header.sequence + 1);
+  EXPECT_TRUE(a->channel->reports_transport_acks());
+
+  // The node's handshake ping is answered with a pong; its data arrives.
+  wire::Header ping;
+  ping.sport = wire::kProbePort;
+  ping.sequence = 1;
+  wire::ExtWriter(&ping).Npaths(8);
+  a->channel->Deliver(ping);
+  std::optional<Record> pong = a->channel->Next();
+  ASSERT_TRUE(pong.has_value());
+  EXPECT_TRUE(wire::IsHandshakePong(pong->header));
+  EXPECT_EQ(wire::ParseExtHeaders(pong->header).npaths, std::optional<uint16_t>(1));
+  wire::Header d;
+  d.sequence = 2;
+  d.sport = 5100;
+  d.dport = 4100;
+  a->channel->Deliver(d, {'k', 'e', 'r'});
+  sockaddr_in from = {};
+  EXPECT_EQ(s.Receive(&from), "ker");
+
+  // Nothing freed until TCP acknowledges; no shim acknowledgement or
+  // control is ever written to a node.
+  EXPECT_TRUE(WaitUnacked("192.168.99.2", 3));
+  a->channel->TransportAcked(pong->header.sequence);
+  EXPECT_TRUE(WaitUnacked("192.168.99.2", 0));
+  for (const Record& r : Drain(*a->channel, absl::Milliseconds(50))) {
+    EXPECT_FALSE(IsShimOnly(r)) << "a shim-only message was sent to a kernel node";
+  }
+  for (const Record& r : sent) EXPECT_FALSE(IsShimOnly(r));
+
+  // The connection drops with a message unacknowledged: the engine (the
+  // smaller address) connects again and sends it with its sequence and
+  // RETRANSMITTED, after a new congestion map and handshake.
+  ASSERT_TRUE(s.SendTo("192.168.99.2", 5100, "again").ok());
+  std::optional<Record> again = a->channel->NextWhere(IsData);
+  ASSERT_TRUE(again.has_value());
+  a->channel->Fail(absl::UnavailableError("reset"));
+  std::optional<Attempt> re = NextAttemptTo("192.168.99.2");
+  ASSERT_TRUE(re.has_value()) << "the smaller address must reconnect";
+  re->channel->Connected();
+  std::vector<Record> resent = Drain(*re->channel);
+  ASSERT_GE(resent.size(), 3u);
+  EXPECT_TRUE(wire::IsCongMap(resent[0].header));
+  bool found = false;
+  for (const Record& r : resent) {
+    EXPECT_FALSE(IsShimOnly(r));
+    if (IsData(r) && Text(r) == "again") {
+      found = true;
+      EXPECT_EQ(r.header.sequence, again->header.sequence);
+      EXPECT_TRUE(r.header.flags & wire::kFlagRetransmitted);
+    }
+  }
+  EXPECT_TRUE(found) << "the unacknowledged message was not sent again";
+}
+
+TEST(EngineWithKernelNode, LargerAddressWaitsForTheNodeToConnect) {
+  TestSocket s(4101);
+  // 10.99.1.5 < 127.0.0.1: the node is the client of every connection.
+  ASSERT_TRUE(s.SendTo("10.99.1.5", 5101, "wait for it").ok());
+  std::optional<Attempt> a = NextAttemptTo("10.99.1.5");
+  ASSERT_TRUE(a.has_value());
+  a->channel->Connected();
+  a->channel->Fail(absl::UnavailableError("reset by the node"));  // its answer to a larger peer
+
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+  ASSERT_TRUE(ns.ok());
+  RdsEndpoint local{V4("127.0.0.1"), 16385}, peer{V4("10.99.1.5"), 40000};
+  std::shared_ptr<MemChannel> ch = network->OpenToEngine(*ns, Link::Endpoints{local, peer});
+  ASSERT_NE(ch, nullptr);
+  ch->Deliver(CongMapHeader(), EmptyCongMap());
+  std::optional<Record> data = ch->NextWhere(IsData);
+  ASSERT_TRUE(data.has_value()) << "the waiting message did not go on the node's connection";
+  EXPECT_EQ(Text(*data), "wait for it");
+  EXPECT_TRUE(ch->reports_transport_acks());
+}
+
+TEST(EngineWithKernelNode, APokeFromALargerNodeIsAnsweredByConnecting) {
+  TestSocket s(4102);
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+  ASSERT_TRUE(ns.ok());
+  // 192.168.99.9 > 127.0.0.1: its connection closes before any message.
+  RdsEndpoint local{V4("127.0.0.1"), 16385}, peer{V4("192.168.99.9"), 40001};
+  std::shared_ptr<MemChannel> poke = network->OpenToEngine(*ns, Link::Endpoints{local, peer});
+  ASSERT_NE(poke, nullptr);
+  poke->Fail(absl::UnavailableError("closed by the node"));
+  std::optional<Attempt> back = NextAttemptTo("192.168.99.9");
+  ASSERT_TRUE(back.has_value()) << "no connection back to the node";
+  EXPECT_EQ(back->target.peer_pid, 0u);
+  // The engine asks what the host is (a shim would answer the hello); the
+  // node answers the connection with its congestion map, and gets ours.
+  back->channel->Connected();
+  back->channel->Deliver(CongMapHeader(), EmptyCongMap());
+  std::optional<Record> first = back->channel->NextWhere([](const Record& r) {
+    return !control::IsHello(r.header);
+  });
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(wire::IsCongMap(first->header));
+  // The node's message for our socket arrives on it.
+  wire::Header d;
+  d.sequence = 1;
+  d.sport = 7000;
+  d.dport = 4102;
+  back->channel->Deliver(d, {'p', 'o', 'k', 'e'});
+  sockaddr_in from = {};
+  EXPECT_EQ(s.Receive(&from), "poke");
 }
 
 }  // namespace

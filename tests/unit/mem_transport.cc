@@ -25,6 +25,20 @@ class MemLink : public Link, public std::enable_shared_from_this<MemLink> {
   }
   void CloseAfterFlush() override { Close(); }
   std::string Describe() const override { return description_; }
+  std::optional<Endpoints> endpoints() const override {
+    absl::MutexLock lock(&channel_->mu_);
+    return channel_->endpoints_;
+  }
+  bool ReportTransportAcks() override {
+    absl::MutexLock lock(&channel_->mu_);
+    channel_->transport_acks_ = true;
+    return true;
+  }
+  void PostTransportAck(uint64_t seq) {
+    loop_.Post([self = shared_from_this(), seq] {
+      if (!self->closed_ && self->cb_.on_transport_acked) self->cb_.on_transport_acked(seq);
+    });
+  }
 
   // From the test's thread: each runs on the engine's loop.
   void PostConnected() {
@@ -110,6 +124,20 @@ void MemChannel::Deliver(const wire::Header& header, const std::vector<uint8_t>&
   Deliver(std::move(m));
 }
 
+void MemChannel::TransportAcked(uint64_t seq) {
+  if (auto l = link_.lock()) l->PostTransportAck(seq);
+}
+
+bool MemChannel::reports_transport_acks() {
+  absl::MutexLock lock(&mu_);
+  return transport_acks_;
+}
+
+void MemChannel::SetEndpoints(const RdsEndpoint& local, const RdsEndpoint& peer) {
+  absl::MutexLock lock(&mu_);
+  endpoints_ = Link::Endpoints{local, peer};
+}
+
 void MemChannel::Fail(const absl::Status& why) {
   if (auto l = link_.lock()) l->PostFailure(why);
 }
@@ -161,7 +189,8 @@ std::optional<Attempt> MemNetwork::NextAttempt(absl::Duration limit) {
   return a;
 }
 
-std::shared_ptr<MemChannel> MemNetwork::OpenToEngine(std::shared_ptr<NetNs> ns) {
+std::shared_ptr<MemChannel> MemNetwork::OpenToEngine(std::shared_ptr<NetNs> ns,
+                                                     std::optional<Link::Endpoints> ends) {
   TransportContext ctx;
   {
     absl::MutexLock lock(&mu_);
@@ -169,6 +198,7 @@ std::shared_ptr<MemChannel> MemNetwork::OpenToEngine(std::shared_ptr<NetNs> ns) 
     ctx = *ctx_;
   }
   auto [link, channel] = MemChannel::MakePair(*ctx.loop, "mem incoming");
+  if (ends) channel->SetEndpoints(ends->local, ends->peer);
   ctx.loop->Post([ctx, link = link, ns = std::move(ns)] { ctx.on_accept(link, ns); });
   return channel;
 }

@@ -50,6 +50,12 @@ class MemChannel {
   void Deliver(const wire::Header& header, const std::vector<uint8_t>& payload = {});
   void Deliver(MessagePtr m);
   void Fail(const absl::Status& why);
+  // The medium acknowledged everything through `seq` (a link the engine
+  // asked to ReportTransportAcks: a kernel node's).
+  void TransportAcked(uint64_t seq);
+  bool reports_transport_acks();
+  // The connection's addresses (Link::endpoints), before the engine sees it.
+  void SetEndpoints(const RdsEndpoint& local, const RdsEndpoint& peer);
   // True once the engine closed its end.
   bool ClosedByEngine();
   bool WaitClosedByEngine(absl::Duration limit = absl::Seconds(5));
@@ -68,6 +74,8 @@ class MemChannel {
   std::deque<Record> records_ ABSL_GUARDED_BY(mu_);
   bool closed_by_engine_ ABSL_GUARDED_BY(mu_) = false;
   std::weak_ptr<MemLink> link_;  // set by MakePair, before the channel is shared
+  std::optional<Link::Endpoints> endpoints_ ABSL_GUARDED_BY(mu_);
+  bool transport_acks_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // What the engine did with the transport: each outgoing attempt, in order.
@@ -83,7 +91,8 @@ class MemNetwork {
   std::optional<Attempt> NextAttempt(absl::Duration limit = absl::Seconds(5));
   // A peer opens a link to the engine (accepted in `ns`, as from another
   // host): the channel of the accepted link.
-  std::shared_ptr<MemChannel> OpenToEngine(std::shared_ptr<NetNs> ns);
+  std::shared_ptr<MemChannel> OpenToEngine(std::shared_ptr<NetNs> ns,
+                                           std::optional<Link::Endpoints> ends = std::nullopt);
   int served() {
     absl::MutexLock lock(&mu_);
     return served_;

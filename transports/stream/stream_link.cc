@@ -1,6 +1,8 @@
 // transports/stream/stream_link.cc — framed messages over a stream fd.
 #include "transports/stream/stream_link.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -35,6 +37,9 @@ constexpr size_t kDirectReadChunk = 128 * 1024;
 // sending host's CPU an IPI per 64 KiB, the bound of a 1 MiB stream across
 // hosts (docs/perf/history.md §9.13).
 constexpr size_t kPayloadWakeBytes = 256 * 1024;
+// ReportTransportAcks: how often TCP's acknowledgements are looked at while
+// messages wait for one (each look is one ioctl).
+constexpr absl::Duration kAckPoll = absl::Milliseconds(1);
 constexpr int kMaxIov = 128;
 // Messages whose unwritten part is at most this long are copied into one
 // contiguous staging buffer rather than given two iovec entries each: a writev
@@ -204,6 +209,8 @@ void StreamLink::ScheduleFlush() {
 void StreamLink::Close() {
   if (closed_) return;
   closed_ = true;
+  if (ack_poll_timer_ != 0) loop_.Cancel(ack_poll_timer_);
+  ack_poll_timer_ = 0;
   EndSharing();
   loop_.Remove(fd_);
   sys::CloseInternal(fd_);
@@ -503,6 +510,7 @@ bool StreamLink::SpliceFront() {
 }
 
 bool StreamLink::Advance(size_t n) {
+  bytes_written_ += n;
   while (n > 0 && !out_.empty()) {
     Out& o = out_.front();
     const size_t total = o.WireBytes();
@@ -513,11 +521,59 @@ bool StreamLink::Advance(size_t n) {
       MessagePtr done = std::move(o.m);
       const bool internal = o.internal;
       out_.pop_front();
+      if (report_transport_acks_ && !internal) AwaitTransportAck(*done, bytes_written_ - n);
       if (!internal && cb_.on_sent) cb_.on_sent(done);
       if (closed_) return false;
     }
   }
+  if (!awaiting_ack_.empty()) ArmAckPoll();
   return true;
+}
+
+// ---------------------------------------------------------------------------
+// Acknowledgements of the medium (kernel peers, kernel-rds.md §C.6): a
+// message is done once TCP's snd_una has passed its last byte. SIOCOUTQ is
+// the bytes written and not yet acknowledged, so everything up to
+// bytes_written_ - SIOCOUTQ has been.
+
+bool StreamLink::ReportTransportAcks() {
+  if (!tcp_) return false;
+  report_transport_acks_ = true;
+  return true;
+}
+
+void StreamLink::AwaitTransportAck(const Message& m, uint64_t end) {
+  // Congestion maps (sequence 0) are not retransmitted: nothing waits for them.
+  if (m.header.sequence != 0) awaiting_ack_.push_back({end, m.header.sequence});
+}
+
+void StreamLink::CheckTransportAcks() {
+  if (closed_ || awaiting_ack_.empty()) return;
+  int unacked = 0;
+  if (sys::Ioctl(fd_, SIOCOUTQ, &unacked) != 0) return;
+  const uint64_t acked = bytes_written_ - static_cast<uint64_t>(std::max(unacked, 0));
+  uint64_t through = 0;
+  while (!awaiting_ack_.empty() && awaiting_ack_.front().end <= acked) {
+    through = awaiting_ack_.front().seq;
+    awaiting_ack_.pop_front();
+  }
+  if (through != 0 && cb_.on_transport_acked) {
+    auto keep = shared_from_this();
+    cb_.on_transport_acked(through);
+    if (closed_) return;
+  }
+  if (!awaiting_ack_.empty()) ArmAckPoll();
+}
+
+void StreamLink::ArmAckPoll() {
+  if (ack_poll_timer_ != 0 || closed_) return;
+  std::weak_ptr<StreamLink> weak = shared_from_this();
+  ack_poll_timer_ = loop_.After(kAckPoll, [weak] {
+    if (auto l = weak.lock()) {
+      l->ack_poll_timer_ = 0;
+      l->CheckTransportAcks();
+    }
+  });
 }
 
 void StreamLink::WriteFailed() {

@@ -74,6 +74,9 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // TCP links accepted here: the socket goes to the engine at `engine` with
   // SCM_RIGHTS (transports/host_channel.h). The caller closes this link.
   absl::Status HandOver(const std::string& engine, const MessagePtr& hello) override;
+  // TCP links: reports sequences whose bytes the peer's TCP acknowledged
+  // (SIOCOUTQ after each write, then every kAckPoll while any are pending).
+  bool ReportTransportAcks() override;
 
  private:
   StreamLink(EventLoop& loop, int fd, bool connecting, bool accept_fds, std::string description);
@@ -112,6 +115,10 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void EndSharing();
   // The peer process (SO_PEERCRED), 0 if unknown.
   pid_t PeerPid();
+  // ReportTransportAcks: a data message's last byte went into the socket.
+  void AwaitTransportAck(const Message& m, uint64_t end);
+  void CheckTransportAcks();
+  void ArmAckPoll();
 
   struct Out {
     uint8_t header[wire::kHeaderSize];
@@ -156,6 +163,16 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   std::unique_ptr<PayloadSplicer> splicer_;
   bool splice_failed_ = false;  // no pipe could be made: copy
   pid_t peer_pid_ = -1;  // -1: not asked yet
+  // ReportTransportAcks: bytes written in all, and each sequenced message
+  // written whole but not yet acknowledged by TCP, with the byte count at its end.
+  bool report_transport_acks_ = false;
+  uint64_t bytes_written_ = 0;
+  struct AwaitedAck {
+    uint64_t end;
+    uint64_t seq;
+  };
+  std::deque<AwaitedAck> awaiting_ack_;
+  EventLoop::TimerId ack_poll_timer_ = 0;
 };
 
 }  // namespace rds

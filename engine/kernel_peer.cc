@@ -1,0 +1,151 @@
+// engine/kernel_peer.cc — kernel RDS nodes as peers (rds_tcp): telling one
+// from a shim engine, its one path per address pair, the handshake it
+// expects, who connects, and acknowledgement by TCP (kernel-rds.md §C.6–§C.9,
+// §E; DESIGN.md §3.5).
+//
+// Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
+#include "engine/engine.h"
+
+#include <memory>
+#include <utility>
+
+#include "engine/cong.h"
+#include "engine/log.h"
+#include "engine/stats.h"
+
+namespace rds {
+
+bool Engine::LooksLikeKernelNode(const wire::Header& h) {
+  // A shim engine speaks first with a hello; a kernel node's first message on
+  // every connection, whichever side opened it, is its congestion map
+  // (rds_connect_path_complete queues it before anything else, §B.3): flags
+  // exactly 0x01, 8 KiB, sequence and ports 0.
+  return wire::IsCongMap(h) && h.len == wire::kCongMapBytes && h.sequence == 0 && h.sport == 0 &&
+         h.dport == 0;
+}
+
+bool Engine::IsKernelPath(const Path& p) { return p.peer_pid == kKernelNodePid; }
+
+void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::Header&& first,
+                             Payload&& payload) {
+  if (!c.kernel_peer) {
+    log::Info("%s -> %s is a kernel RDS node (%s)", c.key.laddr.ToString(),
+              c.key.faddr.ToString(), link->Describe());
+    c.kernel_peer = true;
+  }
+  // What waited for a shim engine's answer is routed to the node now.
+  if (c.query_link) {
+    if (c.query_link != link) c.query_link->Close();
+    c.query_link.reset();
+  }
+  if (c.query_timer) {
+    loop_.Cancel(c.query_timer);
+    c.query_timer = 0;
+  }
+  c.querying.clear();
+  if (!link->ReportTransportAcks()) {
+    // Nothing would ever free what is sent to the node: refuse loudly.
+    log::Error("%s: a kernel RDS node on a link that cannot report acknowledgements; closing",
+               link->Describe());
+    link->Close();
+    return;
+  }
+  Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);
+  if (p.connecting && p.connecting != link) p.connecting->Close();
+  p.connecting.reset();
+  AttachLink(p, link, p.peer_gen, 0);
+  OnPathMessage(p, std::move(first), std::move(payload));
+}
+
+void Engine::SendHandshake(Path& p, bool pong) {
+  auto m = NewMessage();
+  m->header.sport = pong ? 0 : wire::kProbePort;
+  m->header.dport = pong ? wire::kProbePort : 0;
+  wire::ExtWriter ext(&m->header);
+  ext.Npaths(1);
+  ext.GenNum(gen_);
+  m->saddr = p.conn.key.laddr;
+  m->daddr = p.conn.key.faddr;
+  PathSend(p, std::move(m));  // takes a sequence number, as the kernel's do
+}
+
+void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
+  const wire::ExtHeaders ext = wire::ParseExtHeaders(h);
+  if (ext.gen_num && *ext.gen_num != 0) {
+    if (p.peer_gen != 0 && *ext.gen_num != p.peer_gen) {
+      // The node restarted (its module was reloaded): what it was sent is
+      // stale and both sequence spaces begin again (rds_conn_peer_gen_update).
+      log::Info("kernel node %s restarted (generation %08x -> %08x)",
+                p.conn.key.faddr.ToString(), p.peer_gen, *ext.gen_num);
+      stats::Inc(stats::kShimPeerRestarts);
+      for (MessagePtr& m : p.unacked) DropMessage(m, stats::kShimSendDropNoRoute);
+      p.unacked.clear();
+      p.next_tx_seq = 1;
+      p.next_rx_seq = 0;
+    }
+    p.peer_gen = *ext.gen_num;
+  }
+  if (wire::IsHandshakePing(h)) SendHandshake(p, /*pong=*/true);
+}
+
+void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
+  Connection& c = p.conn;
+  Path* pp = &p;
+  std::weak_ptr<Link> weak = link;
+  Link::Callbacks cb;
+  cb.on_connected = [this, pp, weak] {
+    auto l = weak.lock();
+    if (!l || pp->connecting != l) return;
+    if (pp->conn.key.laddr < pp->conn.key.faddr) {
+      // The smaller address is the client of every connection (§C.7): the
+      // node took it as path 0 and sends its congestion map.
+      pp->connecting.reset();
+      pp->conn.kernel_peer = true;
+      if (l->ReportTransportAcks()) {
+        AttachLink(*pp, l, pp->peer_gen, 0);
+      } else {
+        log::Error("%s: cannot report acknowledgements; closing", l->Describe());
+        l->Close();
+      }
+      return;
+    }
+    // The larger address: a connection from us only makes the node connect
+    // back (the "poke"); it resets ours. Nothing is sent on it.
+    pp->connecting.reset();
+    l->Close();
+    SchedulePathRetry(*pp);
+  };
+  cb.on_closed = [this, pp, weak](const absl::Status& why) {
+    auto l = weak.lock();
+    if (pp->connecting != l) return;
+    pp->connecting.reset();
+    log::Debug("connect to kernel node failed: %s", why.ToString());
+    if (absl::IsNotFound(why)) {
+      DropPath(*pp, "no RDS node serves that host");
+      return;
+    }
+    SchedulePathRetry(*pp);
+  };
+  (void)c;
+  link->SetCallbacks(std::move(cb));
+}
+
+void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) {
+  // Only a node with the larger address pokes; a shim engine always says hello.
+  if (!(e.local.addr < e.peer.addr)) return;
+  Connection& c = GetConnection(ns, e.local.addr, e.peer.addr);
+  if (c.local) return;
+  if (c.kernel_peer) {
+    GetPath(c, kKernelNodePid, /*connect=*/true);
+    return;
+  }
+  // Not proof of a node (any client may connect and close): ask the host as
+  // for a route. A node takes our connection (we are the smaller address)
+  // and its congestion map makes it the node's path; a shim engine answers
+  // the query and nothing else follows.
+  log::Debug("%s closed a connection before any message: asking it what it is",
+             e.peer.addr.ToString());
+  if (!c.query_link && !c.query_timer) StartQueryLink(c, 0);
+}
+
+}  // namespace rds

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Runs INSIDE each of two guests of ../shared/vm (test_kernel_interop.py starts them): one guest
+# is a kernel RDS node (modprobe rds_tcp), the other runs the shim with no RDS module. Two
+# phases: the shim's client against the node's echo server, then the node's client against the
+# shim's echo server (tests/vm/rds_echo.py on both sides), 64 B to 1 MiB, content and order
+# checked. Prints "RESULT <phase> <client's verdict>" from the client's guest.
+# Usage: kernel_interop.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
+set -u
+BUILD=$1 ROLE=$2 ME=$3 PEER=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+SIZES=64,1024,65536,1048576
+ROUNDS=3
+COUNT=$((4 * ROUNDS))
+# A 1 MiB message needs a send buffer of 1 MiB, which the default net.core.wmem_max caps.
+sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
+[ "$ROLE" = kernel ] && modprobe rds_tcp
+run() {
+  if [ "$ROLE" = shim ]; then
+    env LD_PRELOAD="$BUILD/preload/librds_preload.so" RDS_PRELOAD_RUNDIR=/tmp/rds \
+      RDS_PRELOAD_LOG_LEVEL=3 "$@"
+  else
+    "$@"
+  fi
+}
+phase() {  # NAME SERVER_ROLE PORT
+  local name=$1 server=$2 port=$3
+  if [ "$ROLE" = "$server" ]; then
+    run timeout 150 python3 "$HERE/rds_echo.py" server "$ME" "$port" "$COUNT" &
+    local pid=$!
+    sleep 2
+    vm_barrier "$name"
+    wait "$pid"
+  else
+    vm_barrier "$name"
+    local out
+    out=$(run timeout 120 python3 "$HERE/rds_echo.py" client "$ME" $((port + 1)) "$PEER" "$port" \
+          "$SIZES" "$ROUNDS" 2>&1)
+    echo "$out"
+    echo "RESULT $name $(echo "$out" | grep -E '^(ok|FAIL)' | head -1 | cut -d' ' -f1)"
+  fi
+}
+phase kernel-server kernel 4000
+phase shim-server shim 4100

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""An AF_RDS echo pair for kernel-interop runs in ../shared/vm guests: the same program on a kernel
+node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be either.
+
+  rds_echo.py server ADDR PORT COUNT        echoes COUNT messages back to their senders, then exits
+  rds_echo.py client ADDR PORT PEER PPORT SIZES ROUNDS
+                                            sends each size ROUNDS times (content numbered), checks
+                                            each echo's content and order; prints "ok N" or fails
+"""
+import socket
+import sys
+import time
+
+BUF = 8 << 20
+
+
+def rds_socket(addr, port):
+    s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUF)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUF)
+    s.bind((addr, port))
+    return s
+
+
+def payload(i, size):
+    head = f"{i:08d}".encode()
+    return (head * (size // len(head) + 1))[:size]
+
+
+def server(addr, port, count):
+    s = rds_socket(addr, int(port))
+    print("ready", flush=True)
+    for _ in range(int(count)):
+        data, peer = s.recvfrom(1 << 20)
+        s.sendto(data, peer)
+    print("served", count, flush=True)
+
+
+def client(addr, port, peer, pport, sizes, rounds):
+    s = rds_socket(addr, int(port))
+    s.settimeout(60)
+    dest = (peer, int(pport))
+    n = 0
+    start = time.monotonic()
+    for size in [int(x) for x in sizes.split(",")]:
+        for r in range(int(rounds)):
+            want = payload(n, size)
+            s.sendto(want, dest)
+            got, src = s.recvfrom(1 << 20)
+            if got != want or src != dest:
+                print(f"FAIL message {n} ({size} B): got {len(got)} B from {src}", flush=True)
+                sys.exit(1)
+            n += 1
+    print(f"ok {n} in {time.monotonic() - start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    {"server": server, "client": client}[sys.argv[1]](*sys.argv[2:])

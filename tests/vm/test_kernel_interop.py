@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""The shim and a kernel RDS node (rds_tcp) in one cluster (issue 20): two guests of ../shared/vm on
+one link, one with the kernel module and one with the shim, both ways (the node's echo server
+with the shim's client, then the reverse), run twice so that the shim has the smaller address
+(vm1, 10.77.0.1) and then the larger (vm2, 10.77.0.2): four client runs of 64 B to 1 MiB messages,
+content and order checked (tests/vm/kernel_interop.sh, tests/vm/rds_echo.py).
+
+What is not covered yet (issue 20 stays open): several shim processes of one host sharing the
+node's connection, multipath, congestion both ways, kill -9 and restart, reconnect mid-traffic.
+
+Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulated CPU).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SKIP = 77
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def main():
+    harness = os.environ.get("RDS_VM_HARNESS") or os.path.join(REPO, "..", "shared", "vm")
+    run_sh = os.path.join(harness, "run.sh")
+    if not os.path.isfile(run_sh):
+        print(f"SKIP: no VM harness at {harness} (set RDS_VM_HARNESS to ../shared/vm)", flush=True)
+        sys.exit(SKIP)
+    if not shutil.which("qemu-system-x86_64"):
+        print(f"SKIP: qemu-system-x86_64 is not installed (run {harness}/setup.sh)", flush=True)
+        sys.exit(SKIP)
+    build = os.path.dirname(os.path.dirname(os.environ.get(
+        "RDS_IT_PRELOAD_LIB", os.path.join(REPO, "build", "preload", "librds_preload.so"))))
+    script = os.path.join(HERE, "kernel_interop.sh")
+    shares = []
+    for d in sorted({REPO, os.path.realpath(build)}):
+        if not any(d.startswith(s + os.sep) for s in shares):
+            shares.append(d)
+    bad = []
+    for shim_vm in ("vm1", "vm2"):
+        roles = {"vm1": ("10.77.0.1", "10.77.0.2"), "vm2": ("10.77.0.2", "10.77.0.1")}
+        cmds = {vm: f"{script} {build} {'shim' if vm == shim_vm else 'kernel'} {me} {peer}"
+                for vm, (me, peer) in roles.items()}
+        cmd = [run_sh, "-c", "1", "-t", "280"]
+        for d in shares:
+            cmd += ["-w", d]
+        cmd += ["--peer", cmds["vm2"], "--", cmds["vm1"]]
+        print("+ " + " ".join(cmd), flush=True)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=320)
+        except subprocess.TimeoutExpired:
+            fail(f"the guests (shim on {shim_vm}) did not finish within 320 s")
+        print(r.stdout + r.stderr, flush=True)
+        order = "smaller" if shim_vm == "vm1" else "larger"
+        results = dict(re.findall(r"RESULT (\S+) (\S*)", r.stdout))
+        for phase in ("kernel-server", "shim-server"):
+            verdict = results.get(phase)
+            line = f"shim on the {order} address, {phase}: {verdict}"
+            print(line, flush=True)
+            if verdict != "ok":
+                bad.append(line)
+    if bad:
+        fail("\n  ".join(["kernel interop:"] + bad))
+    print("all four runs ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
