@@ -252,6 +252,7 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
   }
   p.link = link;
   p.peer_gen = peer_gen;
+  p.up_since = absl::Now();
   p.backoff = absl::ZeroDuration();
   Path* pp = &p;
   std::weak_ptr<Link> weak = link;
@@ -287,6 +288,7 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
 void Engine::OnPathDown(Path& p, const absl::Status& why) {
   log::Info("path to pid %d (%s) down: %s", p.peer_pid, p.conn.key.faddr.ToString(),
             why.ToString());
+  if (IsKernelPath(p)) NoteKernelPathDown(p);
   stats::Inc(stats::kConnReset);
   p.link.reset();
   p.last_destination = {};  // a closed socket's object is not kept for an idle path

@@ -80,6 +80,10 @@ class Path {
   } last_destination;
   bool connect_delayed = false;        // fault injection: the delay was served
   absl::Duration backoff = absl::ZeroDuration();
+  // A kernel node's path: when it last came up, and how many times in a row
+  // it went down within a second of that (Engine::NoteKernelPathDown).
+  absl::Time up_since = absl::InfinitePast();
+  int quick_resets = 0;
   EventLoop::TimerId retry_timer = 0;
 };
 
@@ -99,6 +103,9 @@ class Connection {
   // faddr is a kernel RDS node (engine/kernel_peer.cc): one path, kKernelNodePid,
   // carries every port, and the node acknowledges by TCP only.
   bool kernel_peer = false;
+  // A poke (Engine::OnPoke) asks the host what it is, until it answers or
+  // this many more attempts have failed: a node pokes only once.
+  int probes_left = 0;
   uint64_t loop_delivered = 0;  // messages delivered within this process (loopback)
   absl::flat_hash_map<uint32_t, std::unique_ptr<Path>> paths;
   absl::flat_hash_map<uint16_t, Route> routes;

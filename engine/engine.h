@@ -216,6 +216,9 @@ class Engine {
   // A handshake ping (or, `pong`, its answer): NPATHS 1 and our generation.
   void SendHandshake(Path& p, bool pong);
   void OnKernelHandshake(Path& p, const wire::Header& h);
+  // A node's path went down: one reset right after another says that the
+  // node keeps its one connection for this address pair with someone else.
+  void NoteKernelPathDown(Path& p);
   // ConnectPath for a kernel node: who connects by address order (§C.7).
   void ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link);
   // An incoming TCP connection from `peer` that closed before its first

@@ -457,6 +457,7 @@ std::string EngineDumpJson() {
     j.Field("laddr", p.laddr.ToString());
     j.Field("faddr", p.faddr.ToString());
     j.Field("peer_pid", p.peer_pid);
+    j.Field("kernel_node", p.kernel_node);  // the peer is a kernel RDS node (peer_pid 0)
     j.Field("transport", p.in_process ? "loop" : p.same_host ? "unix" : "tcp");
     j.Field("state", p.up ? "up" : p.connecting ? "connecting" : "down");
     j.Field("next_tx_seq", p.next_tx_seq);

@@ -26,6 +26,12 @@ bool Engine::LooksLikeKernelNode(const wire::Header& h) {
 
 bool Engine::IsKernelPath(const Path& p) { return p.peer_pid == kKernelNodePid; }
 
+namespace {
+// Attempts to reach a host that poked us (OnPoke): a node resets a connection
+// that comes while its own is still closing, and pokes only once.
+constexpr int kPokeProbes = 10;
+}  // namespace
+
 void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::Header&& first,
                              Payload&& payload) {
   if (!c.kernel_peer) {
@@ -89,7 +95,6 @@ void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
 }
 
 void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
-  Connection& c = p.conn;
   Path* pp = &p;
   std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
@@ -100,7 +105,6 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
       // The smaller address is the client of every connection (§C.7): the
       // node took it as path 0 and sends its congestion map.
       pp->connecting.reset();
-      pp->conn.kernel_peer = true;
       if (l->ReportTransportAcks()) {
         AttachLink(*pp, l, pp->peer_gen, 0);
       } else {
@@ -126,8 +130,23 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
     }
     SchedulePathRetry(*pp);
   };
-  (void)c;
   link->SetCallbacks(std::move(cb));
+}
+
+void Engine::NoteKernelPathDown(Path& p) {
+  if (absl::Now() - p.up_since > absl::Seconds(1)) {
+    p.quick_resets = 0;
+    return;
+  }
+  if (++p.quick_resets != 3) return;
+  // A node keeps one connection per address pair, and refuses (resets) a
+  // second while the first is up: most likely another shim process of this
+  // host talks to the same node. Not supported yet (issue 20, point 1): say so.
+  log::Warn("the kernel RDS node %s resets every connection from %s right after it opens: "
+            "another process of this host probably holds the node's one connection for this "
+            "address pair; several shim processes of one host talking to one kernel node are "
+            "not supported yet, and this process's messages to it wait",
+            p.conn.key.faddr.ToString(), p.conn.key.laddr.ToString());
 }
 
 void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) {
@@ -143,9 +162,13 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
   // for a route. A node takes our connection (we are the smaller address)
   // and its congestion map makes it the node's path; a shim engine answers
   // the query and nothing else follows.
-  log::Debug("%s closed a connection before any message: asking it what it is",
-             e.peer.addr.ToString());
-  if (!c.query_link && !c.query_timer) StartQueryLink(c, 0);
+  log::Info("%s closed a connection before any message: asking it what it is",
+            e.peer.addr.ToString());
+  c.probes_left = kPokeProbes;
+  if (!c.query_link && !c.query_timer) {
+    --c.probes_left;
+    StartQueryLink(c, 0);
+  }
 }
 
 }  // namespace rds

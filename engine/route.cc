@@ -297,7 +297,10 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
     return;
   }
   if (port != 0) c.routes[port] = {pid, 0};
-  if (port == 0 && waiting.empty()) return;  // a probe (OnPoke): nothing to send
+  if (port == 0 && waiting.empty()) {
+    c.probes_left = 0;  // a probe (OnPoke) answered by an engine: nothing to send
+    return;
+  }
   Path& p = GetPath(c, pid, true);
   for (MessagePtr& m : waiting) PathSend(p, std::move(m));
 }
@@ -307,12 +310,20 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
 // host drops messages for a port nobody bound; the next message asks again.
 void Engine::NoEngineAt(Connection& c) {
   c.query_backoff = absl::ZeroDuration();  // an answer, not a failure
+  c.probes_left = 0;
   std::vector<uint16_t> ports;
   for (auto& [port, q] : c.unresolved) ports.push_back(port);
   for (uint16_t port : ports) OnRouteAnswer(c, port, 0);
 }
 
 void Engine::ResolvePending(Connection& c) {
+  if (c.kernel_peer) c.probes_left = 0;
+  if (c.probes_left > 0 && !c.query_link && !c.query_timer && c.unresolved.empty()) {
+    // A poke's question again (Engine::OnPoke): the last attempt failed.
+    --c.probes_left;
+    StartQueryLink(c, 0);
+    return;
+  }
   std::vector<uint16_t> ports;
   for (auto& [port, q] : c.unresolved) {
     if (!q.empty() && !c.querying.contains(port)) ports.push_back(port);

@@ -586,7 +586,9 @@ std::string PathTable(const Snapshot& s) {
                             ? "-"
                             : absl::StrCat(Str(p, "tcp_local"), "->", Str(p, "tcp_peer"));
       t.Row({absl::StrCat(e.pid), Str(e.state, "comm"), s.ns.Label(Str(p, "netns")),
-             Str(p, "laddr"), Str(p, "faddr"), absl::StrCat(Num(p, "peer_pid")), Str(p, "state"),
+             Str(p, "laddr"), Str(p, "faddr"),
+             Bool(p, "kernel_node") ? std::string("kernel") : absl::StrCat(Num(p, "peer_pid")),
+             Str(p, "state"),
              absl::StrCat(Num(p, "next_tx_seq")), absl::StrCat(Num(p, "next_rx_seq")),
              absl::StrCat(Num(p, "unacked")), absl::StrCat(Num(p, "backlog")),
              Str(p, "transport"), tcp});

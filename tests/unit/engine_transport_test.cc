@@ -17,6 +17,7 @@
 #include "engine/bind.h"
 #include "engine/control.h"
 #include "engine/engine.h"
+#include "engine/errors.h"
 #include "engine/readiness.h"
 #include "engine/recv.h"
 #include "engine/send.h"
@@ -481,8 +482,14 @@ TEST(EngineWithKernelNode, APokeFromALargerNodeIsAnsweredByConnecting) {
   std::shared_ptr<MemChannel> poke = network->OpenToEngine(*ns, Link::Endpoints{local, peer});
   ASSERT_NE(poke, nullptr);
   poke->Fail(absl::UnavailableError("closed by the node"));
+  // The node resets the first (its own connection was still closing): the
+  // engine tries again, since a node pokes only once.
+  std::optional<Attempt> refused = NextAttemptTo("192.168.99.9");
+  ASSERT_TRUE(refused.has_value()) << "no connection back to the node";
+  refused->channel->Connected();
+  refused->channel->Fail(absl::UnavailableError("reset by the node"));
   std::optional<Attempt> back = NextAttemptTo("192.168.99.9");
-  ASSERT_TRUE(back.has_value()) << "no connection back to the node";
+  ASSERT_TRUE(back.has_value()) << "no second connection back to the node";
   EXPECT_EQ(back->target.peer_pid, 0u);
   // The engine asks what the host is (a shim would answer the hello); the
   // node answers the connection with its congestion map, and gets ours.
@@ -501,6 +508,89 @@ TEST(EngineWithKernelNode, APokeFromALargerNodeIsAnsweredByConnecting) {
   back->channel->Deliver(d, {'p', 'o', 'k', 'e'});
   sockaddr_in from = {};
   EXPECT_EQ(s.Receive(&from), "poke");
+}
+
+// A node's path, up: the node at `faddr` (larger than 127.0.0.1) answered the
+// engine's connection with its congestion map. Returns the channel.
+std::shared_ptr<MemChannel> KernelPathTo(TestSocket& s, const char* faddr, uint16_t port) {
+  EXPECT_TRUE(s.SendTo(faddr, port, "hello node").ok());
+  std::optional<Attempt> a = NextAttemptTo(faddr);
+  EXPECT_TRUE(a.has_value());
+  if (!a) return nullptr;
+  a->channel->Connected();
+  a->channel->Deliver(CongMapHeader(), EmptyCongMap());
+  EXPECT_TRUE(a->channel->NextWhere(IsData).has_value());
+  return a->channel;
+}
+
+// kernel-rds.md §C.5, §E.9: a message is a duplicate only if it is flagged
+// RETRANSMITTED and below the path's next expected sequence; anything else is
+// accepted and sets the next expected one, even backwards (a restarted
+// sender's numbering); a congestion map (sequence 0) never counts.
+TEST(EngineWithKernelNode, DropsOnlyRetransmittedOldSequences) {
+  TestSocket s(4103);
+  std::shared_ptr<MemChannel> ch = KernelPathTo(s, "192.168.99.3", 5103);
+  ASSERT_NE(ch, nullptr);
+  auto deliver = [&](uint64_t seq, bool retransmitted, const std::string& text) {
+    wire::Header h;
+    h.sequence = seq;
+    h.sport = 5103;
+    h.dport = 4103;
+    if (retransmitted) h.flags = wire::kFlagRetransmitted;
+    ch->Deliver(h, std::vector<uint8_t>(text.begin(), text.end()));
+  };
+  sockaddr_in from = {};
+  const uint64_t dropped = stats::Get(stats::kRecvDropOldSeq);
+  deliver(5, false, "five");
+  EXPECT_EQ(s.Receive(&from), "five");
+  deliver(5, true, "five again");       // a retransmission of what arrived: dropped
+  deliver(4, true, "four again");       // older still: dropped
+  ch->Deliver(CongMapHeader(), EmptyCongMap());  // sequence 0, outside the sequence space
+  deliver(6, true, "six");              // retransmitted but new: accepted
+  EXPECT_EQ(s.Receive(&from), "six");
+  deliver(2, false, "two");             // not retransmitted: accepted, next expected is 3
+  EXPECT_EQ(s.Receive(&from), "two");
+  deliver(2, true, "two again");        // now below it: dropped
+  deliver(3, true, "three");            // at it: accepted
+  EXPECT_EQ(s.Receive(&from), "three");
+  EXPECT_EQ(stats::Get(stats::kRecvDropOldSeq) - dropped, 3u);
+}
+
+// A node's congestion map is honoured: a bit set for a port makes a
+// non-blocking send to it fail with ENOBUFS until a map clears it (§B.4).
+TEST(EngineWithKernelNode, HonoursTheNodesCongestionMap) {
+  TestSocket s(4104);
+  std::shared_ptr<MemChannel> ch = KernelPathTo(s, "192.168.99.4", 5104);
+  ASSERT_NE(ch, nullptr);
+  std::vector<uint8_t> map = EmptyCongMap();
+  map[5104 / 8] |= static_cast<uint8_t>(1u << (5104 % 8));  // little-endian bit order
+  ch->Deliver(CongMapHeader(), map);
+  auto send_nonblocking = [&] {
+    sockaddr_in to = Sin("192.168.99.4", 5104);
+    char b = 'x';
+    iovec iov = {&b, 1};
+    msghdr msg = {};
+    msg.msg_name = &to;
+    msg.msg_namelen = sizeof(to);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    return SendMsg(*s.rs, msg, MSG_DONTWAIT);
+  };
+  absl::StatusOr<size_t> r;
+  for (int i = 0; i < 500; ++i) {
+    r = send_nonblocking();
+    if (!r.ok()) break;
+    usleep(10 * 1000);
+  }
+  ASSERT_FALSE(r.ok()) << "the node's congestion bit was ignored";
+  EXPECT_EQ(ErrnoOf(r.status()), ENOBUFS);
+  ch->Deliver(CongMapHeader(), EmptyCongMap());
+  for (int i = 0; i < 500; ++i) {
+    r = send_nonblocking();
+    if (r.ok()) break;
+    usleep(10 * 1000);
+  }
+  EXPECT_TRUE(r.ok()) << r.status();
 }
 
 }  // namespace

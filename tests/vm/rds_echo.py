@@ -6,6 +6,9 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py client ADDR PORT PEER PPORT SIZES ROUNDS
                                             sends each size ROUNDS times (content numbered), checks
                                             each echo's content and order; prints "ok N" or fails
+  rds_echo.py ping ADDR PORT PEER COUNT     rds-ping's way: COUNT empty messages to PEER's port 0,
+                                            each answered by an empty pong from port 0
+  rds_echo.py hold ADDR PORT SECONDS        keeps a bound socket (so that a shim host answers)
 """
 import socket
 import sys
@@ -54,5 +57,25 @@ def client(addr, port, peer, pport, sizes, rounds):
     print(f"ok {n} in {time.monotonic() - start:.1f} s", flush=True)
 
 
+def ping(addr, port, peer, count):
+    s = rds_socket(addr, int(port))
+    s.settimeout(30)
+    start = time.monotonic()
+    for i in range(int(count)):
+        s.sendto(b"", (peer, 0))
+        got, src = s.recvfrom(1 << 16)
+        if got != b"" or src != (peer, 0):
+            print(f"FAIL ping {i}: got {len(got)} B from {src}", flush=True)
+            sys.exit(1)
+    print(f"ok {count} pongs in {time.monotonic() - start:.1f} s", flush=True)
+
+
+def hold(addr, port, seconds):
+    s = rds_socket(addr, int(port))
+    print("holding", flush=True)
+    time.sleep(float(seconds))
+    s.close()
+
+
 if __name__ == "__main__":
-    {"server": server, "client": client}[sys.argv[1]](*sys.argv[2:])
+    {"server": server, "client": client, "ping": ping, "hold": hold}[sys.argv[1]](*sys.argv[2:])
