@@ -250,6 +250,19 @@ void HandleReadable(Server* self, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu
   while (i < self->conns.size() && self->conns[i].fd != fd) ++i;
   if (i == self->conns.size()) return;  // dropped meanwhile
   Conn& c = self->conns[i];
+  bool released;
+  {
+    rds::MutexLock lock(&c.rs->mu);
+    released = c.rs->released;
+  }
+  if (released) {
+    // Parked (or closed) since this caller attached — possibly in the window
+    // between Park's StopServing and the socket's release, when the caller
+    // reconnected at once: it must look for the socket again (its next owner
+    // takes it over), not be told EBADF, which ends the process's socket.
+    DropConn(self, i);
+    return;
+  }
   bool ok;
   if (!c.introduced) {
     ok = Introduce(c);
