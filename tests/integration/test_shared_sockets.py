@@ -51,6 +51,13 @@ class SharedSockets(unittest.TestCase):
     def setUp(self):
         self.rundir = itlib.make_tmpdir(self.id().rsplit(".", 1)[-1])
         self.port = random.randrange(20000, 30000)
+        self.rundirs = [self.rundir]
+
+    def tearDown(self):
+        # The launchers' workers hold the socket after their launcher exits: after a failure
+        # they may still be running, and nothing else ends them.
+        for d in self.rundirs + [self.rundir]:
+            itlib.kill_processes_of(d)
 
     def run_to_end(self, name, argv, timeout=60):
         p = itlib.Proc(name, argv, self.rundir)
