@@ -152,21 +152,24 @@ void Engine::ConnectPath(Path& p) {
     OnLinkReply(*pp, l, *hello);
   };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
-    auto l = weak.lock();
-    if (pp->connecting != l) return;
-    pp->connecting.reset();
-    log::Debug("connect attempt failed: %s", why.ToString());
-    if (absl::IsNotFound(why)) {
-      // Refused: no engine runs on that host any more (every engine listens
-      // on the rendezvous port), so the peer engine is gone with its
-      // sockets. Its messages are dropped as a kernel host drops messages
-      // for a port nobody bound (DESIGN.md §3.3).
-      DropPath(*pp, "no engine serves that host");
-      return;
-    }
-    SchedulePathRetry(*pp);
+    OnConnectFailed(*pp, weak.lock(), why);
   };
   link->SetCallbacks(std::move(cb));
+}
+
+void Engine::OnConnectFailed(Path& p, const std::shared_ptr<Link>& link, const absl::Status& why) {
+  if (p.connecting != link) return;
+  p.connecting.reset();
+  log::Debug("connect attempt to %s failed: %s", p.conn.key.faddr.ToString(), why.ToString());
+  if (absl::IsNotFound(why)) {
+    // Refused: no engine (nor kernel node) serves that host any more (every
+    // engine listens on the rendezvous port), so the peer is gone with its
+    // sockets. Its messages are dropped as a kernel host drops messages for
+    // a port nobody bound (DESIGN.md §3.3).
+    DropPath(p, IsKernelPath(p) ? "no RDS node serves that host" : "no engine serves that host");
+    return;
+  }
+  SchedulePathRetry(p);
 }
 
 void Engine::OnLinkReply(Path& p, const std::shared_ptr<Link>& link, const control::Hello& h) {

@@ -179,6 +179,9 @@ class Engine {
   void SendAck(Path& p);
   void ReturnUnackedToBacklog(Path& p);
   void ConnectPath(Path& p);
+  // An outgoing link of `p` (its `connecting`) failed before it was up:
+  // dropped if nobody serves the host (NotFound), else tried again later.
+  void OnConnectFailed(Path& p, const std::shared_ptr<Link>& link, const absl::Status& why);
   void OnLinkReply(Path& p, const std::shared_ptr<Link>& link, const control::Hello& h);
   void AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen, uint64_t peer_ack);
   void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);

@@ -120,15 +120,7 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
     SchedulePathRetry(*pp);
   };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
-    auto l = weak.lock();
-    if (pp->connecting != l) return;
-    pp->connecting.reset();
-    log::Debug("connect to kernel node failed: %s", why.ToString());
-    if (absl::IsNotFound(why)) {
-      DropPath(*pp, "no RDS node serves that host");
-      return;
-    }
-    SchedulePathRetry(*pp);
+    OnConnectFailed(*pp, weak.lock(), why);
   };
   link->SetCallbacks(std::move(cb));
 }

@@ -15,45 +15,20 @@ Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulat
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
+from vmlib import HERE, build_dir, command, fail
 
 
 def main():
-    harness = os.environ.get("RDS_VM_HARNESS") or os.path.join(REPO, "..", "shared", "vm")
-    run_sh = os.path.join(harness, "run.sh")
-    if not os.path.isfile(run_sh):
-        print(f"SKIP: no VM harness at {harness} (set RDS_VM_HARNESS to ../shared/vm)", flush=True)
-        sys.exit(SKIP)
-    if not shutil.which("qemu-system-x86_64"):
-        print(f"SKIP: qemu-system-x86_64 is not installed (run {harness}/setup.sh)", flush=True)
-        sys.exit(SKIP)
-    build = os.path.dirname(os.path.dirname(os.environ.get(
-        "RDS_IT_PRELOAD_LIB", os.path.join(REPO, "build", "preload", "librds_preload.so"))))
+    build = build_dir()
     script = os.path.join(HERE, "kernel_interop.sh")
-    shares = []
-    for d in sorted({REPO, os.path.realpath(build)}):
-        if not any(d.startswith(s + os.sep) for s in shares):
-            shares.append(d)
     bad = []
     for shim_vm in ("vm1", "vm2"):
         roles = {"vm1": ("10.77.0.1", "10.77.0.2"), "vm2": ("10.77.0.2", "10.77.0.1")}
         cmds = {vm: f"{script} {build} {'shim' if vm == shim_vm else 'kernel'} {me} {peer}"
                 for vm, (me, peer) in roles.items()}
-        cmd = [run_sh, "-c", "1", "-t", "280"]
-        for d in shares:
-            cmd += ["-w", d]
-        cmd += ["--peer", cmds["vm2"], "--", cmds["vm1"]]
+        cmd = command("-c", "1", "-t", "280") + ["--peer", cmds["vm2"], "--", cmds["vm1"]]
         print("+ " + " ".join(cmd), flush=True)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=320)

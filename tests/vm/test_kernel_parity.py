@@ -15,42 +15,17 @@ setup.sh). Expected run time: ~1 min (emulated CPU).
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
+from vmlib import HERE, build_dir, command, fail
+
 SENDERS = 5
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
 def main():
-    harness = os.environ.get("RDS_VM_HARNESS") or os.path.join(REPO, "..", "shared", "vm")
-    run_sh = os.path.join(harness, "run.sh")
-    if not os.path.isfile(run_sh):
-        print(f"SKIP: no VM harness at {harness} (set RDS_VM_HARNESS to ../shared/vm)", flush=True)
-        sys.exit(SKIP)
-    if not shutil.which("qemu-system-x86_64"):
-        print(f"SKIP: qemu-system-x86_64 is not installed (run {harness}/setup.sh)", flush=True)
-        sys.exit(SKIP)
-    build = os.path.dirname(os.path.dirname(os.environ.get(
-        "RDS_IT_PRELOAD_LIB", os.path.join(REPO, "build", "preload", "librds_preload.so"))))
+    build = build_dir()
     script = os.path.join(HERE, "lifetime_vs_kernel.sh")
-    # The guest sees the host's files except /tmp, /run and /dev/shm (its own tmpfs): the
-    # checkout and the build are shared explicitly, wherever they are.
-    shares = []
-    for d in sorted({REPO, os.path.realpath(build)}):
-        if not any(d.startswith(s + os.sep) for s in shares):
-            shares.append(d)
-    cmd = [run_sh, "-c", "2", "-t", "500"]
-    for d in shares:
-        cmd += ["-w", d]
+    cmd = command("-c", "2", "-t", "500")
     cmd += ["--", f"{script} {build} {SENDERS}"]
     print("+ " + " ".join(cmd), flush=True)
     try:
