@@ -168,6 +168,15 @@ void Engine::OnIncomingHello(const std::shared_ptr<Link>& link,
         Reply(link, control::HelloResult::kRefused, 0, true);
         return;
       }
+      if (hello->relay != control::Relay::kNone) {
+        // A kernel node's traffic between two engines of this host.
+        if (tcp_ns || hello->target_pid != pid_) {
+          Reply(link, control::HelloResult::kRefused, 0, true);
+          return;
+        }
+        AcceptRelayLink(link, ns, *hello);
+        return;
+      }
       if (hello->target_pid != pid_) {
         if (!tcp_ns) {
           Reply(link, control::HelloResult::kRefused, 0, true);

@@ -77,6 +77,14 @@ CongBits CongestionTable::LocalMap(NetNsKey ns, const RdsAddr& addr) {
   return m ? m->local : CongBits{};
 }
 
+CongBits CongestionTable::PeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer) {
+  rds::ReaderMutexLock lock(&mu_);
+  AddrMaps* m = Find({ns, addr});
+  if (m == nullptr) return CongBits{};
+  auto it = m->peers.find(peer);
+  return it == m->peers.end() ? CongBits{} : it->second;
+}
+
 void CongestionTable::SetPeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer,
                                  const uint8_t* bits) {
   {

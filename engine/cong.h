@@ -48,6 +48,8 @@ class CongestionTable {
   bool SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, bool congested);
   // This process's own map of `addr`, as sent on the wire.
   CongBits LocalMap(NetNsKey ns, const RdsAddr& addr);
+  // A peer engine's map of `addr` as last received (all clear if none).
+  CongBits PeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer);
   // A peer engine's map of `addr` arrived (null: the peer is gone).
   void SetPeerMap(NetNsKey ns, const RdsAddr& addr, uint32_t peer, const uint8_t* bits);
 

@@ -85,14 +85,21 @@ void Engine::ConnectPath(Path& p) {
     }
     p.connect_delayed = false;
   }
-  absl::StatusOr<std::shared_ptr<Link>> opened = transports_.For(c.local).Connect(
-      LinkTarget{c.ns, c.key.laddr, c.key.faddr, IsKernelPath(p) ? 0 : p.peer_pid},
-      absl::StrFormat("%s->%s pid %d", c.key.laddr.ToString(), c.key.faddr.ToString(),
-                      p.peer_pid));
+  // A relay link (engine/kernel_relay.cc) goes to the engine of this host
+  // that owns the node's connection, or from it to a relayer.
+  const bool to_owner = p.peer_pid == kKernelNodePid && c.relaying();
+  const uint32_t target = IsKernelPath(p) ? 0 : (to_owner ? c.node_owner : p.peer_pid);
+  absl::StatusOr<std::shared_ptr<Link>> opened =
+      transports_.For(c.local || to_owner || p.relay_peer)
+          .Connect(LinkTarget{c.ns, c.key.laddr, c.key.faddr, target},
+                   absl::StrFormat("%s->%s pid %d", c.key.laddr.ToString(),
+                                   c.key.faddr.ToString(), target));
   if (!opened.ok()) {
     log::Debug("connect %s: %s", c.key.faddr.ToString(), opened.status().ToString());
-    if (absl::IsNotFound(opened.status())) {
-      DropPath(p, c.local ? "peer engine is gone" : "no engine serves that host");
+    if (to_owner && absl::IsNotFound(opened.status())) {
+      OnRelayOwnerGone(p);
+    } else if (absl::IsNotFound(opened.status())) {
+      DropPath(p, c.local || p.relay_peer ? "peer engine is gone" : "no engine serves that host");
     } else {
       SchedulePathRetry(p);
     }
@@ -120,6 +127,12 @@ void Engine::ConnectPath(Path& p) {
     h.to_addr = pp->conn.key.faddr;
     h.target_pid = pp->peer_pid;
     h.ack = pp->rx_delivered;
+    if (pp->relay_peer) {
+      h.relay = control::Relay::kFromOwner;
+    } else if (pp->peer_pid == kKernelNodePid) {
+      h.relay = control::Relay::kToOwner;
+      h.target_pid = pp->conn.node_owner;
+    }
     l->Send(control::EncodeHello(h));
   };
   cb.on_message = [this, pp, weak](wire::Header&& h, Payload&& payload) {
@@ -161,6 +174,10 @@ void Engine::OnConnectFailed(Path& p, const std::shared_ptr<Link>& link, const a
   if (p.connecting != link) return;
   p.connecting.reset();
   log::Debug("connect attempt to %s failed: %s", p.conn.key.faddr.ToString(), why.ToString());
+  if (absl::IsNotFound(why) && p.peer_pid == kKernelNodePid && p.conn.relaying()) {
+    OnRelayOwnerGone(p);
+    return;
+  }
   if (absl::IsNotFound(why)) {
     // Refused: no engine (nor kernel node) serves that host any more (every
     // engine listens on the rendezvous port), so the peer is gone with its
@@ -196,7 +213,12 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<Link>& link, const contr
       return;
     }
     case control::HelloResult::kNoEngine:
+    case control::HelloResult::kNotNodeOwner:
       link->Close();
+      if (p.peer_pid == kKernelNodePid && p.conn.relaying()) {
+        OnRelayOwnerGone(p);  // the owner went, or gave the connection up
+        return;
+      }
       DropPath(p, "peer engine is gone");
       return;
     default:
@@ -334,8 +356,8 @@ void Engine::SchedulePathRetry(Path& p) {
 void Engine::DropPath(Path& p, const char* why) {
   log::Info("dropping path to pid %d (%s): %s", p.peer_pid, p.conn.key.faddr.ToString(), why);
   Connection& c = p.conn;
-  for (MessagePtr& m : p.backlog) DropMessage(m, stats::kShimSendDropNoRoute);
-  for (MessagePtr& m : p.unacked) DropMessage(m, stats::kShimSendDropNoRoute);
+  for (MessagePtr& m : p.backlog) DropNodeMessage(p, m);
+  for (MessagePtr& m : p.unacked) DropNodeMessage(p, m);
   p.backlog.clear();
   p.unacked.clear();
   if (p.retry_timer) loop_.Cancel(p.retry_timer);
@@ -349,17 +371,25 @@ void Engine::DropPath(Path& p, const char* why) {
       ++it;
     }
   }
-  CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, nullptr);
+  const bool relay_peer = p.relay_peer;
+  CongestionTable::Get().SetPeerMap(c.key.ns, relay_peer ? c.key.laddr : c.key.faddr,
+                                    p.peer_pid, nullptr);
   auto it = c.paths.find(p.peer_pid);
   if (it != c.paths.end()) Bury(std::move(it->second));
   c.paths.erase(p.peer_pid);
+  if (relay_peer) {
+    // The relayer's ports are gone: the node hears it from the host's map.
+    if (Path* node = NodePathOf(c); node != nullptr && IsKernelPath(*node)) {
+      SendCongestionMap(*node);
+    }
+  }
 }
 
 // A congestion map on the wire (§B.3): flags 0x01, sequence 0, ports 0,
 // 8192 bytes, outside the path's sequence space and never retransmitted.
 void Engine::SendCongestionMap(Path& p) {
   if (!p.link) return;
-  CongBits bits = CongestionTable::Get().LocalMap(p.conn.key.ns, p.conn.key.laddr);
+  CongBits bits = CongestionMapFor(p);
   auto m = NewMessage();
   m->header.flags = wire::kFlagCongBitmap;
   m->header.len = wire::kCongMapBytes;

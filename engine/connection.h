@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "engine/addr.h"
 #include "engine/event_loop.h"
+#include "engine/kernel_node.h"
 #include "engine/message.h"
 #include "engine/netns.h"
 #include "transports/transport.h"
@@ -68,6 +69,9 @@ class Path {
   EventLoop::TimerId ack_timer = 0;
   bool ack_posted = false;
   uint64_t rx_messages = 0;            // on the current link (fault injection)
+  // At a kernel node connection's owner: a path to another engine of this
+  // host that relays the node's traffic through us (keyed by its pid).
+  bool relay_peer = false;
   // The socket the last message was delivered to, while the bind table's
   // epoch is unchanged (BindTableEpoch): a stream skips the table lookup and
   // the reference count per message (docs/perf/history.md §9.9). The reference may keep
@@ -103,6 +107,12 @@ class Connection {
   // faddr is a kernel RDS node (engine/kernel_peer.cc): one path, kKernelNodePid,
   // carries every port, and the node acknowledges by TCP only.
   bool kernel_peer = false;
+  // The node connection is host-wide (engine/kernel_node.h): with the record
+  // owned, the node's path is our TCP connection to it; otherwise it is a
+  // same-host link to `node_owner`, the engine that owns it (a relay).
+  std::unique_ptr<NodeRecord> node_record;
+  uint32_t node_owner = 0;
+  bool relaying() const { return node_owner != 0; }
   // A poke (Engine::OnPoke) asks the host what it is, until it answers or
   // this many more attempts have failed: a node pokes only once.
   int probes_left = 0;

@@ -58,6 +58,7 @@ MessagePtr EncodeHello(const Hello& h) {
   w.U64(h.ack);
   w.U32(h.info_option);
   w.U64(h.socket_id);
+  w.U8(static_cast<uint8_t>(h.relay));
   return Finish(header, w.bytes());
 }
 
@@ -74,7 +75,7 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   Hello h;
   uint16_t kind = r.U16();
   uint16_t result = r.U16();
-  if (kind < 1 || kind > 7 || result > 4) return absl::InvalidArgumentError("bad hello kind");
+  if (kind < 1 || kind > 7 || result > 5) return absl::InvalidArgumentError("bad hello kind");
   h.kind = static_cast<HelloKind>(kind);
   h.result = static_cast<HelloResult>(result);
   h.pid = r.U32();
@@ -101,6 +102,11 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   if (r.remaining() > 0) {
     h.socket_id = r.U64();
     if (!r.ok()) return absl::InvalidArgumentError("truncated hello");
+  }
+  if (r.remaining() > 0) {
+    const uint8_t relay = r.U8();
+    if (!r.ok() || relay > 2) return absl::InvalidArgumentError("bad hello relay role");
+    h.relay = static_cast<Relay>(relay);
   }
   return h;
 }

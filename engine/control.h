@@ -42,6 +42,15 @@ enum class HelloResult : uint16_t {
   kNoEngine = 2,         // the target engine does not run on this host
   kRefused = 3,          // malformed or not allowed
   kAnswer = 4,           // reply to kQuery: answer_pid owns the port (0: nobody)
+  kNotNodeOwner = 5,     // a relay link to an engine that does not own the node connection
+};
+
+// A same-host kLink that carries a kernel node's traffic (DESIGN.md §3.5):
+// both ends have the same (from_addr, to_addr), to_addr being the node's.
+enum class Relay : uint8_t {
+  kNone = 0,
+  kToOwner = 1,    // from a relayer to the engine that owns the node connection
+  kFromOwner = 2,  // from the owner to an engine that has a port the node sends to
 };
 
 struct Hello {
@@ -65,6 +74,9 @@ struct Hello {
   uint32_t info_option = 0;
   // kShareClient: the socket whose calls are forwarded. Optional on the wire.
   uint64_t socket_id = 0;
+  // kLink on the same host: a relay link of a kernel node connection.
+  // Optional on the wire.
+  Relay relay = Relay::kNone;
 };
 
 // A hello as a message ready for a link (header + payload).

@@ -237,9 +237,11 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
         pi.ns = key.ns;
         pi.laddr = key.laddr;
         pi.faddr = key.faddr;
-        pi.kernel_node = IsKernelPath(*p);
+        pi.kernel_node = pid == kKernelNodePid;
         pi.peer_pid = pi.kernel_node ? 0 : pid;
-        pi.same_host = c->local;
+        pi.node_owner = pi.kernel_node ? c->node_owner : 0;
+        pi.relay_peer = p->relay_peer;
+        pi.same_host = c->local || p->relay_peer || c->relaying();
         pi.up = p->link != nullptr;
         pi.connecting = p->connecting != nullptr;
         pi.next_tx_seq = p->next_tx_seq;

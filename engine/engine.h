@@ -29,6 +29,7 @@
 #include "engine/sync.h"
 #include "engine/addr.h"
 #include "engine/connection.h"
+#include "engine/cong.h"
 #include "engine/control.h"
 #include "engine/event_loop.h"
 #include "engine/message.h"
@@ -57,6 +58,8 @@ struct PathInfo {
   bool same_host = false;
   bool in_process = false;  // this process's own loopback deliveries (peer_pid is ours)
   bool kernel_node = false;  // the peer is a kernel RDS node (peer_pid 0)
+  uint32_t node_owner = 0;   // kernel_node: relayed through this engine of the host (0: ours)
+  bool relay_peer = false;   // an engine of this host relaying a kernel node's traffic through us
   bool up = false;
   bool connecting = false;
   uint64_t next_tx_seq = 0;
@@ -222,6 +225,38 @@ class Engine {
   // A node's path went down: one reset right after another says that the
   // node keeps its one connection for this address pair with someone else.
   void NoteKernelPathDown(Path& p);
+  // Kernel node connections are host-wide (engine/kernel_relay.cc): one
+  // engine of the host owns each, the others relay through it.
+  NodeRecord* NodeRecordOf(Connection& c, bool create);
+  // Another engine owns the node connection of `c`: relay through it (true).
+  bool FindNodeOwner(Connection& c);
+  // `c`'s host turned out a kernel node: true if this engine owns its
+  // connection now, false if it relays through the engine that does.
+  bool ClaimKernelNode(Connection& c);
+  void BecomeNodeOwner(Connection& c, bool continued);
+  void RelayThrough(Connection& c, uint32_t owner);
+  // The node path's links go (its unacknowledged messages back to the backlog).
+  void CloseNodePathLinks(Path& p);
+  // The owner's node path changed sequence state: the record follows it.
+  void SyncNodeRecord(Path& p);
+  // Our GEN_NUM toward the node of `c` (the host's incarnation's).
+  uint32_t NodeGeneration(const Connection& c) const;
+  // A relayer's link to the owner failed: a new owner, or ourselves.
+  void OnRelayOwnerGone(Path& p);
+  Path* NodePathOf(Connection& c);
+  void RelayToNode(Path& from, const wire::Header& h, Payload&& payload);
+  void RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload);
+  // At the owner: relayer `rp` says the node's message `seq` found its
+  // port's socket moved to another process: delivered where it is now.
+  void ReturnRelayedFromNode(Path& rp, uint64_t seq);
+  // A relayed message is done (the node's TCP has it, or it was dropped).
+  void OnRelayedDone(Connection& c, const Message& m);
+  void DropNodeMessage(Path& node, const MessagePtr& m);
+  void AcceptRelayLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns,
+                       const control::Hello& h);
+  // The congestion map `p`'s peer gets (a node: the host's; a relayer: the node's).
+  CongBits CongestionMapFor(Path& p);
+  void OnRelayCongestionMap(Path& p, const uint8_t* bits);
   // ConnectPath for a kernel node: who connects by address order (§C.7).
   void ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link);
   // An incoming TCP connection from `peer` that closed before its first

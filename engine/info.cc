@@ -104,6 +104,8 @@ InfoItems Connections(const std::vector<PathInfo>& paths, bool v6) {
   InfoItems items{v6 ? sizeof(rds6_info_connection) : sizeof(rds_info_connection), {}};
   for (PathInfo p : paths) {
     if (!v6 && !BothV4(p.laddr, p.faddr)) continue;
+    // A kernel node's one connection is the owner's row (DESIGN.md §3.5).
+    if (p.relay_peer || (p.kernel_node && p.node_owner != 0)) continue;
     if (p.same_host) p.next_rx_seq = p.next_tx_seq;
     uint8_t flags = (p.up ? RDS_INFO_CONNECTION_FLAG_CONNECTED : 0) |
                     (p.connecting ? RDS_INFO_CONNECTION_FLAG_CONNECTING : 0) |
@@ -146,6 +148,8 @@ InfoItems SendOrRetrans(const std::vector<PathInfo>& paths, bool retrans, bool v
   InfoItems items{v6 ? sizeof(rds6_info_message) : sizeof(rds_info_message), {}};
   for (const PathInfo& p : paths) {
     if (!v6 && !BothV4(p.laddr, p.faddr)) continue;
+    // Relay links: what they carry is in the owner's node queues, or was.
+    if (p.relay_peer || (retrans && p.kernel_node && p.node_owner != 0)) continue;
     for (const MessageInfo& m : retrans ? p.retrans : p.send) {
       if (v6) {
         rds6_info_message info = {};
@@ -458,7 +462,14 @@ std::string EngineDumpJson() {
     j.Field("faddr", p.faddr.ToString());
     j.Field("peer_pid", p.peer_pid);
     j.Field("kernel_node", p.kernel_node);  // the peer is a kernel RDS node (peer_pid 0)
-    j.Field("transport", p.in_process ? "loop" : p.same_host ? "unix" : "tcp");
+    // A kernel node's connection relayed through another engine of this host
+    // (its pid), or a relayer's path to us.
+    j.Field("node_owner", p.node_owner);
+    j.Field("relay_peer", p.relay_peer);
+    j.Field("transport", p.in_process                          ? "loop"
+                         : p.relay_peer || p.node_owner != 0 ? "relay"
+                         : p.same_host                        ? "unix"
+                                                              : "tcp");
     j.Field("state", p.up ? "up" : p.connecting ? "connecting" : "down");
     j.Field("next_tx_seq", p.next_tx_seq);
     j.Field("next_rx_seq", p.next_rx_seq);

@@ -11,6 +11,7 @@
 
 #include "engine/cong.h"
 #include "engine/log.h"
+#include "engine/registry.h"
 #include "engine/stats.h"
 
 namespace rds {
@@ -23,8 +24,6 @@ bool Engine::LooksLikeKernelNode(const wire::Header& h) {
   return wire::IsCongMap(h) && h.len == wire::kCongMapBytes && h.sequence == 0 && h.sport == 0 &&
          h.dport == 0;
 }
-
-bool Engine::IsKernelPath(const Path& p) { return p.peer_pid == kKernelNodePid; }
 
 namespace {
 // Attempts to reach a host that poked us (OnPoke): a node resets a connection
@@ -49,6 +48,14 @@ void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::He
     c.query_timer = 0;
   }
   c.querying.clear();
+  if (!ClaimKernelNode(c)) {
+    // Another engine of this host holds the node's connection: this one goes
+    // (the node reconnects, to the owner in the end) and ours relays.
+    log::Info("%s: another engine of this host holds the node's connection; closing this one",
+              link->Describe());
+    link->Close();
+    return;
+  }
   if (!link->ReportTransportAcks()) {
     // Nothing would ever free what is sent to the node: refuse loudly.
     log::Error("%s: a kernel RDS node on a link that cannot report acknowledgements; closing",
@@ -69,7 +76,7 @@ void Engine::SendHandshake(Path& p, bool pong) {
   m->header.dport = pong ? wire::kProbePort : 0;
   wire::ExtWriter ext(&m->header);
   ext.Npaths(1);
-  ext.GenNum(gen_);
+  ext.GenNum(NodeGeneration(p.conn));
   m->saddr = p.conn.key.laddr;
   m->daddr = p.conn.key.faddr;
   PathSend(p, std::move(m));  // takes a sequence number, as the kernel's do
@@ -84,12 +91,13 @@ void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
       log::Info("kernel node %s restarted (generation %08x -> %08x)",
                 p.conn.key.faddr.ToString(), p.peer_gen, *ext.gen_num);
       stats::Inc(stats::kShimPeerRestarts);
-      for (MessagePtr& m : p.unacked) DropMessage(m, stats::kShimSendDropNoRoute);
+      for (MessagePtr& m : p.unacked) DropNodeMessage(p, m);
       p.unacked.clear();
       p.next_tx_seq = 1;
       p.next_rx_seq = 0;
     }
     p.peer_gen = *ext.gen_num;
+    SyncNodeRecord(p);
   }
   if (wire::IsHandshakePing(h)) SendHandshake(p, /*pong=*/true);
 }
@@ -131,14 +139,15 @@ void Engine::NoteKernelPathDown(Path& p) {
     return;
   }
   if (++p.quick_resets != 3) return;
-  // A node keeps one connection per address pair, and refuses (resets) a
-  // second while the first is up: most likely another shim process of this
-  // host talks to the same node. Not supported yet (issue 20, point 1): say so.
+  // A node keeps one connection per address pair, and replaces the one it
+  // has by a new one: the engines of this host share it through one owner
+  // (engine/kernel_relay.cc), so another process that does not share our
+  // run directory (RDS_PRELOAD_RUNDIR) most likely talks to the same node.
   log::Warn("the kernel RDS node %s resets every connection from %s right after it opens: "
-            "another process of this host probably holds the node's one connection for this "
-            "address pair; several shim processes of one host talking to one kernel node are "
-            "not supported yet, and this process's messages to it wait",
-            p.conn.key.faddr.ToString(), p.conn.key.laddr.ToString());
+            "another process of this host that does not share this run directory (%s) "
+            "probably talks to it from the same address; this process's messages to it wait",
+            p.conn.key.faddr.ToString(), p.conn.key.laddr.ToString(),
+            HostRegistry::Get().rundir());
 }
 
 void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) {
@@ -146,7 +155,7 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
   if (!(e.local.addr < e.peer.addr)) return;
   Connection& c = GetConnection(ns, e.local.addr, e.peer.addr);
   if (c.local) return;
-  if (c.kernel_peer) {
+  if (c.kernel_peer || FindNodeOwner(c)) {
     GetPath(c, kKernelNodePid, /*connect=*/true);
     return;
   }

@@ -139,6 +139,11 @@ struct Message {
   // cancelled, its path dropped — abandons its storage rather than let it be
   // written under a reader.
   std::atomic<bool> payload_on_loan{false};
+  // At a kernel node connection's owner: a message another engine of the
+  // host relayed (its pid and its sequence on the relay path), acknowledged
+  // to it once the node's TCP has acknowledged this one (DESIGN.md §3.5).
+  uint32_t relay_pid = 0;
+  uint64_t relay_seq = 0;
   // MSG_ZEROCOPY: the cookie reported to the sender when the message is done.
   std::optional<uint32_t> zcopy_cookie;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).

@@ -72,7 +72,10 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   if (wire::IsCongMap(h)) {
     stats::Inc(stats::kCongUpdateReceived);
     // Any other length is ignored, as rds_tcp_cong_recv does.
-    if (h.len == wire::kCongMapBytes) {
+    if (h.len != wire::kCongMapBytes) return;
+    if (p.relay_peer || p.peer_pid == kKernelNodePid) {
+      OnRelayCongestionMap(p, payload.data());  // a node's map, or a relayer's
+    } else {
       CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, payload.data());
     }
     return;
@@ -88,6 +91,13 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     return;
   }
   p.next_rx_seq = h.sequence + 1;
+  if (p.relay_peer) {
+    // A relayer's message for the node: acknowledged once the node's TCP has
+    // it (OnRelayedDone).
+    RelayToNode(p, h, std::move(payload));
+    return;
+  }
+  if (IsKernelPath(p)) SyncNodeRecord(p);
   if (!AcceptData(p, h, payload)) return;
   p.rx_delivered = h.sequence;
   p.rx_unacked_packets++;
@@ -127,6 +137,12 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     // in order with what it sends there after (the notice goes before any
     // acknowledgement that covers this message).
     absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, h.dport);
+    if (IsKernelPath(p) && owner.ok() && *owner > 0 && static_cast<uint32_t>(*owner) != pid_) {
+      // Bound in another engine of this host: it gets the message through
+      // its relay path (the node's connection is ours).
+      RelayFromNode(c, static_cast<uint32_t>(*owner), h, std::move(payload));
+      return true;
+    }
     if (IsKernelPath(p)) {
       // A node has no notices: the message is dropped as the kernel drops
       // one for an unbound port (a moved socket's included: the node
@@ -263,8 +279,13 @@ void Engine::OnPathControl(Path& p, const control::Control& ctl) {
       return;  // a same-host link consumes these itself; meaningless elsewhere
     case control::Op::kMoved: {
       absl::StatusOr<std::vector<uint64_t>> seqs = control::DecodeU64List(ctl);
-      if (seqs.ok()) {
-        for (uint64_t seq : *seqs) Resend(p, seq);
+      if (!seqs.ok()) return;
+      for (uint64_t seq : *seqs) {
+        if (p.relay_peer) {
+          ReturnRelayedFromNode(p, seq);
+        } else {
+          Resend(p, seq);
+        }
       }
       return;
     }

@@ -115,6 +115,8 @@ absl::Status HostRegistry::EnsureDir(const std::string& path) {
   return absl::InternalError(absl::StrFormat("cannot create %s: %s", path, strerror(errno)));
 }
 
+int HostRegistry::OpenSharedFile(const std::string& path) { return OpenShared(path); }
+
 rds::Mutex& HostRegistryMutex() { return HostRegistry::Get().mu_; }
 
 HostRegistry& HostRegistry::Get() {

@@ -76,6 +76,9 @@ class HostRegistry {
 
   // Ensures a directory exists (mode 1777 for shared directories).
   static absl::Status EnsureDir(const std::string& path);
+  // Opens (creating, mode 0666) a file every engine of the host shares; an
+  // internal fd, or -1 with errno.
+  static int OpenSharedFile(const std::string& path);
 
  private:
   friend rds::Mutex& HostRegistryMutex();

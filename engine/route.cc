@@ -193,6 +193,7 @@ void Engine::Resolve(Connection& c, uint16_t port) {
 }
 
 void Engine::StartQueryLink(Connection& c, uint16_t port) {
+  if (FindNodeOwner(c)) return;  // a kernel node another engine of this host talks to
   // The host's rendezvous: whichever engine of it accepts answers.
   absl::StatusOr<std::shared_ptr<Link>> opened = transports_.For(c.local).Connect(
       LinkTarget{c.ns, c.key.laddr, c.key.faddr, 0},
@@ -329,7 +330,7 @@ void Engine::ResolvePending(Connection& c) {
     if (!q.empty() && !c.querying.contains(port)) ports.push_back(port);
   }
   for (uint16_t port : ports) {
-    if (port == 0) {
+    if (port == 0 && !c.kernel_peer) {
       if (Path* p = c.AnyUpPath()) {
         OnRouteAnswer(c, 0, p->peer_pid);
         continue;

@@ -143,6 +143,8 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_tcp_waits_for_payload",
     "shim_stale_engines_pruned",
     "shim_stale_ns_dirs_pruned",
+    "shim_relayed_to_node",
+    "shim_relayed_from_node",
 };
 
 }  // namespace

@@ -91,6 +91,8 @@ enum Counter : int {
   kShimTcpWaitsForPayload,   // a TCP link's reader set to wake only for a large payload's next piece
   kShimStaleEnginesPruned,   // socket files of dead engines removed from the run directory
   kShimStaleNamespaceDirsPruned,  // run-directory folders of namespaces nobody used, removed
+  kShimRelayedToNode,        // messages of another engine of the host sent on to a kernel node
+  kShimRelayedFromNode,      // a kernel node's messages passed on to another engine of the host
   kNumCounters,
 };
 

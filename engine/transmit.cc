@@ -161,6 +161,13 @@ void Engine::DeliverLocally(Connection& c, MessagePtr m) {
 void Engine::PathSend(Path& p, MessagePtr m) {
   if (m->cancelled.load()) return;
   m->header.sequence = p.next_tx_seq++;
+  if (p.conn.node_record && IsKernelPath(p)) {
+    // The host's node connection: a new owner after our death continues
+    // from here and knows whose message took this sequence.
+    p.conn.node_record->NoteSlot(m->header.sequence, m->relay_pid ? m->relay_pid : pid_,
+                                 m->relay_seq);
+    SyncNodeRecord(p);
+  }
   if (p.link) {
     Transmit(p, std::move(m));
   } else {
@@ -221,8 +228,12 @@ void Engine::OnAck(Path& p, uint64_t ack) {
     if (p.unacked.size() > kPrefetchAhead) PrefetchMessage(*p.unacked[kPrefetchAhead]);
     // The peer has read it: its pages may be written again.
     p.unacked.front()->payload_on_loan.store(false, std::memory_order_relaxed);
+    if (p.unacked.front()->relay_pid != 0) OnRelayedDone(p.conn, *p.unacked.front());
     release.Add(*p.unacked.front());
     p.unacked.pop_front();
+  }
+  if (p.conn.node_record && IsKernelPath(p) && p.conn.node_record->owned()) {
+    p.conn.node_record->state().acked_seq.store(ack, std::memory_order_relaxed);
   }
 }
 

@@ -577,6 +577,18 @@ std::string SocketTable(const Snapshot& s) {
   return t.empty() ? "(no sockets)\n" : t.Render();
 }
 
+// A path's peer: an engine's pid, "kernel" (a kernel RDS node whose
+// connection this engine owns), "kernel via PID" (relayed through the engine
+// that owns it) or "PID relays" (an engine relaying a node's traffic through us).
+std::string PeerColumn(const json& p) {
+  if (Bool(p, "kernel_node")) {
+    return Num(p, "node_owner") != 0 ? absl::StrCat("kernel via ", Num(p, "node_owner"))
+                                     : std::string("kernel");
+  }
+  if (Bool(p, "relay_peer")) return absl::StrCat(Num(p, "peer_pid"), " relays");
+  return absl::StrCat(Num(p, "peer_pid"));
+}
+
 std::string PathTable(const Snapshot& s) {
   Table t({"PID", "COMM", "NETNS", "LADDR", "FADDR", "PEER_PID", "STATE", "NEXT_TX", "NEXT_RX",
            "UNACKED", "BACKLOG", "TRANSPORT", "TCP"});
@@ -587,7 +599,7 @@ std::string PathTable(const Snapshot& s) {
                             : absl::StrCat(Str(p, "tcp_local"), "->", Str(p, "tcp_peer"));
       t.Row({absl::StrCat(e.pid), Str(e.state, "comm"), s.ns.Label(Str(p, "netns")),
              Str(p, "laddr"), Str(p, "faddr"),
-             Bool(p, "kernel_node") ? std::string("kernel") : absl::StrCat(Num(p, "peer_pid")),
+             PeerColumn(p),
              Str(p, "state"),
              absl::StrCat(Num(p, "next_tx_seq")), absl::StrCat(Num(p, "next_rx_seq")),
              absl::StrCat(Num(p, "unacked")), absl::StrCat(Num(p, "backlog")),

@@ -51,19 +51,33 @@ TEST(ControlTest, ResumeAckRoundTripsAndIsOptional) {
   EXPECT_EQ(DecodeHello(m->header, m->payload)->ack, h.ack);
   EXPECT_EQ(DecodeHello(m->header, m->payload)->socket_id, h.socket_id);
   // A hello that ends before the optional fields (ack, info option, socket
-  // id) means 0.
+  // id, relay role) means 0.
   Payload without(m->payload.data(),
-                  m->payload.size() - 2 * sizeof(uint64_t) - sizeof(uint32_t));
+                  m->payload.size() - 2 * sizeof(uint64_t) - sizeof(uint32_t) - 1);
   absl::StatusOr<Hello> old = DecodeHello(m->header, without);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->ack, 0u);
   EXPECT_EQ(old->socket_id, 0u);
+  EXPECT_EQ(old->relay, Relay::kNone);
+}
+
+TEST(ControlTest, RelayRoleRoundTripsAndUnknownRolesAreRejected) {
+  Hello h;
+  h.relay = Relay::kFromOwner;
+  MessagePtr m = EncodeHello(h);
+  EXPECT_EQ(DecodeHello(m->header, m->payload)->relay, Relay::kFromOwner);
+  h.relay = Relay::kToOwner;
+  m = EncodeHello(h);
+  EXPECT_EQ(DecodeHello(m->header, m->payload)->relay, Relay::kToOwner);
+  Payload bad(m->payload.data(), m->payload.size());
+  bad.data()[bad.size() - 1] = 3;
+  EXPECT_FALSE(DecodeHello(m->header, bad).ok());
 }
 
 TEST(ControlTest, TruncatedOrForeignHelloIsRejected) {
   Hello h;
   MessagePtr m = EncodeHello(h);
-  Payload shorter(m->payload.data(), m->payload.size() - 1);
+  Payload shorter(m->payload.data(), m->payload.size() - 2);  // into the socket id
   EXPECT_FALSE(DecodeHello(m->header, shorter).ok());
   wire::Header plain_probe;
   plain_probe.sport = 1;

@@ -9,7 +9,19 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py ping ADDR PORT PEER COUNT     rds-ping's way: COUNT empty messages to PEER's port 0,
                                             each answered by an empty pong from port 0
   rds_echo.py hold ADDR PORT SECONDS        keeps a bound socket (so that a shim host answers)
+  rds_echo.py stream ADDR PORT PEER PPORT COUNT
+                                            sends COUNT numbered 64 B messages (pausing 2 ms every
+                                            5; "progress N" every 500), then prints "sent COUNT";
+                                            with RDS_ECHO_KILL_AT=N:PID, kill -9 PID after N
+  rds_echo.py echo_stream ADDR PORT PEER EPORT ROUNDS CPORT COUNT
+                                            in one process: ROUNDS 64 B round trips to PEER:EPORT
+                                            (from PORT+100; prints "echoed"), then stream to CPORT
+  rds_echo.py collect ADDR PORT IDLE        receives numbered messages until none came for IDLE
+                                            seconds; prints per sender "source PORT n=N dups=D
+                                            gaps=G order=ok|bad"
 """
+import os
+import signal
 import socket
 import sys
 import time
@@ -77,5 +89,50 @@ def hold(addr, port, seconds):
     s.close()
 
 
+def stream(addr, port, peer, pport, count):
+    s = rds_socket(addr, int(port))
+    # RDS_ECHO_KILL_AT=N:PID — kill -9 PID once N messages are sent (in mid-stream, exactly).
+    kill_at = os.environ.get("RDS_ECHO_KILL_AT")
+    kill_at = tuple(int(x) for x in kill_at.split(":")) if kill_at else None
+    dest = (peer, int(pport))
+    for i in range(int(count)):
+        s.sendto(f"{port}:{i:08d}".encode().ljust(64, b"."), dest)
+        if i % 5 == 4:
+            time.sleep(0.002)
+        if i % 500 == 499:
+            print(f"progress {i + 1}", flush=True)
+        if kill_at is not None and i + 1 == kill_at[0]:
+            os.kill(kill_at[1], signal.SIGKILL)
+            print(f"killed {kill_at[1]} after {i + 1}", flush=True)
+    print(f"sent {count}", flush=True)
+
+
+def echo_stream(addr, port, peer, eport, rounds, cport, count):
+    client(addr, str(int(port) + 100), peer, eport, "64", rounds)
+    print("echoed", flush=True)
+    stream(addr, port, peer, cport, count)
+
+
+def collect(addr, port, idle):
+    s = rds_socket(addr, int(port))
+    s.settimeout(float(idle))
+    print("ready", flush=True)
+    seen = {}
+    try:
+        while True:
+            data, src = s.recvfrom(1 << 16)
+            sender, seq = data.rstrip(b".").decode().split(":")
+            seen.setdefault(sender, []).append(int(seq))
+    except socket.timeout:
+        pass
+    for sender, seqs in sorted(seen.items()):
+        dups = len(seqs) - len(set(seqs))
+        gaps = (max(seqs) + 1 - len(set(seqs)))
+        order = "ok" if seqs == sorted(seqs) and dups == 0 else "bad"
+        print(f"source {sender} n={len(set(seqs))} dups={dups} gaps={gaps} order={order}",
+              flush=True)
+
+
 if __name__ == "__main__":
-    {"server": server, "client": client, "ping": ping, "hold": hold}[sys.argv[1]](*sys.argv[2:])
+    {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
+     "collect": collect, "echo_stream": echo_stream}[sys.argv[1]](*sys.argv[2:])

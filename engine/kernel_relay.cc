@@ -1,0 +1,358 @@
+// engine/kernel_relay.cc — one engine per host talks to a kernel RDS node:
+// claiming the host-wide node connection (engine/kernel_node.h), relaying
+// the other engines' traffic to and from the node through its owner, and
+// taking the connection over when the owner goes (DESIGN.md §3.5).
+//
+// Roles, per Connection (namespace, laddr, node address):
+//  * owner: holds the record's claim; its path kKernelNodePid is the TCP
+//    connection to the node; each relaying engine has a path keyed by its pid
+//    (`relay_peer`);
+//  * relayer: its path kKernelNodePid is a same-host link to the owner
+//    (`node_owner`), an ordinary shim path (sequence, acknowledgements)
+//    whose acknowledgement means that the node's TCP has the message.
+//
+// Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
+#include "engine/engine.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "conf/settings.h"
+#include "engine/cong.h"
+#include "engine/bind.h"
+#include "engine/log.h"
+#include "engine/recv.h"
+#include "engine/registry.h"
+#include "engine/socket.h"
+#include "engine/stats.h"
+
+namespace rds {
+
+bool Engine::IsKernelPath(const Path& p) {
+  return p.peer_pid == kKernelNodePid && !p.conn.relaying();
+}
+
+NodeRecord* Engine::NodeRecordOf(Connection& c, bool create) {
+  if (c.node_record) return c.node_record.get();
+  absl::StatusOr<std::unique_ptr<NodeRecord>> r =
+      NodeRecord::Open(c.ns->ports().dir(), c.key.laddr, c.key.faddr, create);
+  if (!r.ok()) {
+    if (!absl::IsNotFound(r.status())) log::Warn("kernel node record: %s", r.status().ToString());
+    return nullptr;
+  }
+  c.node_record = *std::move(r);
+  return c.node_record.get();
+}
+
+bool Engine::FindNodeOwner(Connection& c) {
+  if (c.local || c.relaying()) return c.relaying();
+  if (c.node_record && c.node_record->owned()) return false;
+  NodeRecord* r = NodeRecordOf(c, /*create=*/false);
+  if (r == nullptr) return false;
+  const pid_t owner = r->OtherOwner();
+  // 1: a holder in another pid namespace, whose engine socket we cannot name.
+  if (owner <= 1) return false;
+  RelayThrough(c, static_cast<uint32_t>(owner));
+  return true;
+}
+
+void Engine::CloseNodePathLinks(Path& p) {
+  std::shared_ptr<Link> link = std::move(p.link);
+  std::shared_ptr<Link> connecting = std::move(p.connecting);
+  p.link.reset();
+  p.connecting.reset();
+  if (link) link->Close();
+  if (connecting) connecting->Close();
+  if (p.retry_timer) {
+    loop_.Cancel(p.retry_timer);
+    p.retry_timer = 0;
+  }
+  p.backoff = absl::ZeroDuration();
+  p.last_destination = {};
+  ReturnUnackedToBacklog(p);
+}
+
+void Engine::RelayThrough(Connection& c, uint32_t owner) {
+  if (c.relaying() && c.node_owner == owner) return;
+  log::Info("%s -> %s: a kernel RDS node whose connection engine %d of this host holds; "
+            "relaying through it",
+            c.key.laddr.ToString(), c.key.faddr.ToString(), owner);
+  c.kernel_peer = true;
+  c.node_owner = owner;
+  if (c.node_record) c.node_record->Join();
+  c.probes_left = 0;
+  if (c.query_link) {
+    c.query_link->Close();
+    c.query_link.reset();
+  }
+  if (c.query_timer) {
+    loop_.Cancel(c.query_timer);
+    c.query_timer = 0;
+  }
+  c.querying.clear();
+  Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);
+  CloseNodePathLinks(p);
+  p.peer_gen = 0;  // the owner engine's generation from now on, not the node's
+  Connection* cp = &c;
+  loop_.Defer([this, cp] {
+    ResolvePending(*cp);
+    Path& node = GetPath(*cp, kKernelNodePid, /*connect=*/false);
+    if (!node.backlog.empty() && !node.link && !node.connecting && !node.retry_timer) {
+      ConnectPath(node);
+    }
+  });
+}
+
+bool Engine::ClaimKernelNode(Connection& c) {
+  NodeRecord* r = NodeRecordOf(c, /*create=*/true);
+  if (r == nullptr) return true;  // no shared record: this engine acts alone (logged)
+  if (r->owned()) return true;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool continued = false;
+    if (r->TryClaim(&continued)) {
+      BecomeNodeOwner(c, continued);
+      return true;
+    }
+    const pid_t owner = r->OtherOwner();
+    if (owner > 1) {
+      RelayThrough(c, static_cast<uint32_t>(owner));
+      return false;
+    }
+    if (owner == 1) break;
+  }
+  log::Warn("%s -> %s: the kernel node's connection is held by an engine this process cannot "
+            "reach (another pid namespace?); using a connection of its own",
+            c.key.laddr.ToString(), c.key.faddr.ToString());
+  return true;
+}
+
+void Engine::BecomeNodeOwner(Connection& c, bool continued) {
+  NodeRecord& r = *c.node_record;
+  NodeRecord::State& s = r.state();
+  const bool was_relaying = c.relaying();
+  c.kernel_peer = true;
+  c.node_owner = 0;
+  Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);
+  if (was_relaying) CloseNodePathLinks(p);
+  if (!continued) {
+    r.NewIncarnation(gen_);
+    if (!was_relaying) {
+      // A new incarnation of a path we may have used alone before (the
+      // record's file was made again): it starts where the path is.
+      s.next_tx_seq.store(p.next_tx_seq, std::memory_order_relaxed);
+      s.next_rx_seq.store(p.next_rx_seq, std::memory_order_relaxed);
+      s.node_gen.store(p.peer_gen, std::memory_order_relaxed);
+    }
+  }
+  log::Info("%s -> %s: this engine holds the kernel node's connection now (%s incarnation, "
+            "generation %08x)",
+            c.key.laddr.ToString(), c.key.faddr.ToString(), continued ? "continuing its" : "a new",
+            s.gen.load());
+  if (!was_relaying) return;
+  // What we relayed through the dead owner and it had not confirmed goes to
+  // the node ourselves, in the node's sequence space: as new messages
+  // (a node sequence the old owner gave them is not known here).
+  p.peer_gen = s.node_gen.load(std::memory_order_relaxed);
+  p.next_rx_seq = s.next_rx_seq.load(std::memory_order_relaxed);
+  p.rx_delivered = p.rx_acked = 0;
+  uint64_t next = std::max<uint64_t>(s.next_tx_seq.load(std::memory_order_relaxed), 1);
+  for (MessagePtr& m : p.backlog) {
+    m->header.sequence = next++;
+    m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
+    r.NoteSlot(m->header.sequence, pid_, 0);
+  }
+  p.next_tx_seq = next;
+  s.next_tx_seq.store(next, std::memory_order_relaxed);
+}
+
+void Engine::SyncNodeRecord(Path& p) {
+  NodeRecord* r = p.conn.node_record.get();
+  if (r == nullptr || !r->owned()) return;
+  NodeRecord::State& s = r->state();
+  s.next_tx_seq.store(p.next_tx_seq, std::memory_order_relaxed);
+  s.next_rx_seq.store(p.next_rx_seq, std::memory_order_relaxed);
+  s.node_gen.store(p.peer_gen, std::memory_order_relaxed);
+}
+
+uint32_t Engine::NodeGeneration(const Connection& c) const {
+  return c.node_record ? c.node_record->state().gen.load(std::memory_order_relaxed) : gen_;
+}
+
+void Engine::OnRelayOwnerGone(Path& p) {
+  Connection& c = p.conn;
+  NodeRecord* r = c.node_record.get();
+  if (r == nullptr) {
+    DropPath(p, "the kernel node's connection has no record");
+    return;
+  }
+  const pid_t owner = r->OtherOwner();
+  if (owner > 1 && static_cast<uint32_t>(owner) != c.node_owner) {
+    RelayThrough(c, static_cast<uint32_t>(owner));
+    return;
+  }
+  if (owner > 1) {
+    // Still locked: the owner is exiting (its lock goes with its last
+    // descriptor), or alive and not answering. Ask again after a while.
+    SchedulePathRetry(p);
+    return;
+  }
+  bool continued = false;
+  if (r->TryClaim(&continued)) {
+    log::Info("engine %d, which held the kernel node %s's connection, is gone", c.node_owner,
+              c.key.faddr.ToString());
+    BecomeNodeOwner(c, continued);
+    ConnectPath(p);
+    return;
+  }
+  SchedulePathRetry(p);  // somebody else just claimed it: found on the next attempt
+}
+
+Path* Engine::NodePathOf(Connection& c) {
+  auto it = c.paths.find(kKernelNodePid);
+  return it == c.paths.end() ? nullptr : it->second.get();
+}
+
+void Engine::RelayToNode(Path& from, const wire::Header& h, Payload&& payload) {
+  Connection& c = from.conn;
+  auto m = NewMessage();
+  m->header.sport = h.sport;
+  m->header.dport = h.dport;
+  m->header.len = h.len;
+  m->payload = std::move(payload);
+  m->saddr = c.key.laddr;
+  m->daddr = c.key.faddr;
+  m->relay_pid = from.peer_pid;
+  m->relay_seq = h.sequence;
+  stats::Inc(stats::kShimRelayedToNode);
+  PathSend(GetPath(c, kKernelNodePid, /*connect=*/true), std::move(m));
+}
+
+void Engine::RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload) {
+  Path& rp = GetPath(c, pid, /*connect=*/false);
+  rp.relay_peer = true;
+  auto m = NewMessage();
+  m->header.sport = h.sport;
+  m->header.dport = h.dport;
+  m->header.len = h.len;
+  m->payload = std::move(payload);
+  m->saddr = c.key.faddr;
+  m->daddr = c.key.laddr;
+  stats::Inc(stats::kShimRelayedFromNode);
+  PathSend(rp, std::move(m));
+}
+
+void Engine::OnRelayedDone(Connection& c, const Message& m) {
+  auto it = c.paths.find(m.relay_pid);
+  if (it == c.paths.end() || !it->second->relay_peer) return;  // that engine is gone
+  Path& rp = *it->second;
+  if (m.relay_seq > rp.rx_delivered) rp.rx_delivered = m.relay_seq;
+  ScheduleAck(rp, rp.rx_delivered - rp.rx_acked >=
+                      static_cast<uint64_t>(conf::Get().max_unacked_packets));
+}
+
+void Engine::DropNodeMessage(Path& node, const MessagePtr& m) {
+  if (m->relay_pid != 0) OnRelayedDone(node.conn, *m);
+  DropMessage(m, stats::kShimSendDropNoRoute);
+}
+
+void Engine::ReturnRelayedFromNode(Path& rp, uint64_t seq) {
+  Connection& c = rp.conn;
+  auto it = std::find_if(rp.unacked.begin(), rp.unacked.end(),
+                         [seq](const MessagePtr& m) { return m->header.sequence == seq; });
+  if (it == rp.unacked.end()) return;
+  MessagePtr m = std::move(*it);
+  rp.unacked.erase(it);
+  // The node's message found its port's socket moved to another process:
+  // it goes where the port is now, as it would have on arrival.
+  const uint16_t port = m->header.dport;
+  if (auto rs = FindBound(c.ns->key(), {c.key.laddr, port})) {
+    m->header.sequence = 0;
+    m->header.ack = 0;
+    m->header.flags = 0;
+    Deliver(*rs, std::move(m));
+    return;
+  }
+  absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, port);
+  if (owner.ok() && *owner > 0 && static_cast<uint32_t>(*owner) != pid_) {
+    wire::Header h = m->header;
+    RelayFromNode(c, static_cast<uint32_t>(*owner), h, std::move(m->payload));
+    return;
+  }
+  stats::Inc(stats::kRecvDropNoSock);
+}
+
+void Engine::AcceptRelayLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns,
+                             const control::Hello& h) {
+  // Both ends name the connection alike: (our address, the node's).
+  Connection& c = GetConnection(ns, h.from_addr, h.to_addr);
+  const bool to_owner = h.relay == control::Relay::kToOwner;
+  Path* p = nullptr;
+  if (to_owner) {
+    if (!c.node_record || !c.node_record->owned()) {
+      Reply(link, control::HelloResult::kNotNodeOwner, 0, true);
+      return;
+    }
+    p = &GetPath(c, h.pid, /*connect=*/false);
+    p->relay_peer = true;
+  } else {
+    if ((c.node_record && c.node_record->owned()) || NodeRecordOf(c, false) == nullptr) {
+      Reply(link, control::HelloResult::kNotNodeOwner, 0, true);
+      return;
+    }
+    if (!c.relaying() || c.node_owner != h.pid) RelayThrough(c, h.pid);
+    p = &GetPath(c, kKernelNodePid, /*connect=*/false);
+  }
+  if (p->connecting) {
+    // Both engines opened the link at once: the smaller pid's survives.
+    if (pid_ < h.pid) {
+      Reply(link, control::HelloResult::kRejectCollision, 0, true);
+      return;
+    }
+    p->connecting->Close();
+    p->connecting.reset();
+  }
+  incoming_.erase(link);
+  Reply(link, control::HelloResult::kAccept, 0, false, p->rx_delivered);
+  AttachLink(*p, link, h.gen, h.ack);
+}
+
+CongBits Engine::CongestionMapFor(Path& p) {
+  CongestionTable& t = CongestionTable::Get();
+  Connection& c = p.conn;
+  // To a relayer: the node's map, as the owner last received it.
+  if (p.relay_peer) return t.PeerMap(c.key.ns, c.key.faddr, kKernelNodePid);
+  CongBits bits = t.LocalMap(c.key.ns, c.key.laddr);
+  if (IsKernelPath(p)) {
+    // To the node: the host's map of the address, every relayer's ports too.
+    for (auto& [pid, q] : c.paths) {
+      if (!q->relay_peer) continue;
+      CongBits theirs = t.PeerMap(c.key.ns, c.key.laddr, pid);
+      for (size_t i = 0; i < bits.size(); ++i) bits[i] |= theirs[i];
+    }
+  }
+  return bits;
+}
+
+void Engine::OnRelayCongestionMap(Path& p, const uint8_t* bits) {
+  Connection& c = p.conn;
+  if (p.relay_peer) {
+    // A relayer's own ports at our common address: the node hears of them from us.
+    CongestionTable::Get().SetPeerMap(c.key.ns, c.key.laddr, p.peer_pid, bits);
+    if (Path* node = NodePathOf(c); node != nullptr && IsKernelPath(*node)) {
+      SendCongestionMap(*node);
+    }
+    return;
+  }
+  // The node's map: every relayer sees it too.
+  CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, bits);
+  if (IsKernelPath(p)) {
+    for (auto& [pid, q] : c.paths) {
+      if (q->relay_peer) SendCongestionMap(*q);
+    }
+  }
+}
+
+}  // namespace rds
