@@ -67,6 +67,7 @@ Path& Engine::GetPath(Connection& c, uint32_t pid, bool connect) {
 
 void Engine::ConnectPath(Path& p) {
   Connection& c = p.conn;
+  if (IsKernelPath(p) && NodePathHeld(c)) return;  // MaybeEndTakeoverHold connects
   if (fault::Enabled()) {
     if (fault::FailConnect()) {
       stats::Inc(stats::kShimConnFailed);

@@ -112,6 +112,19 @@ class Connection {
   // same-host link to `node_owner`, the engine that owns it (a relay).
   std::unique_ptr<NodeRecord> node_record;
   uint32_t node_owner = 0;
+  // After taking the node connection over from an owner that died
+  // (engine/kernel_relay.cc): which relayed message took which node
+  // sequence, and the sequences nobody can tell whether the node got — each
+  // goes again under its own sequence, flagged RETRANSMITTED, and the node
+  // path stays closed until all have come (in sequence order) or a deadline.
+  struct Takeover {
+    uint64_t acked = 0;  // node sequences up to this are delivered
+    absl::flat_hash_map<std::pair<uint32_t, uint64_t>, uint64_t> slots;  // (pid, relay seq)
+    absl::flat_hash_set<uint64_t> waiting;
+    bool holding = false;
+    EventLoop::TimerId timer = 0;
+  };
+  std::unique_ptr<Takeover> takeover;
   bool relaying() const { return node_owner != 0; }
   // A poke (Engine::OnPoke) asks the host what it is, until it answers or
   // this many more attempts have failed: a node pokes only once.

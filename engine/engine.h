@@ -235,6 +235,16 @@ class Engine {
   bool ClaimKernelNode(Connection& c);
   void BecomeNodeOwner(Connection& c, bool continued);
   void RelayThrough(Connection& c, uint32_t owner);
+  // Taking over from an owner that died: what it had not confirmed, and the
+  // node path held closed until every survivor sent it again (Connection::Takeover).
+  static constexpr absl::Duration kTakeoverHold = absl::Seconds(2);
+  static constexpr absl::Duration kTakeoverMemory = absl::Seconds(60);
+  void StartTakeover(Connection& c, uint32_t previous_owner);
+  enum class TakeoverResult { kNew, kDelivered, kResend };
+  // What becomes of relayer `pid`'s message `relay_seq` sent through the old owner.
+  TakeoverResult TakeoverFate(Connection& c, uint32_t pid, uint64_t relay_seq, uint64_t* node_seq);
+  void MaybeEndTakeoverHold(Connection& c);
+  bool NodePathHeld(const Connection& c) const;
   // The node path's links go (its unacknowledged messages back to the backlog).
   void CloseNodePathLinks(Path& p);
   // The owner's node path changed sequence state: the record follows it.

@@ -99,6 +99,7 @@ bool NodeRecord::TryClaim(bool* continued) {
   *continued = (member_ || Conflicting(fd_, F_WRLCK, kMemberByte) != 0) &&
                state_->magic.load(std::memory_order_acquire) == kMagic;
   Join();
+  previous_owner_ = state_->owner_pid.load(std::memory_order_acquire);
   state_->owner_pid.store(static_cast<uint32_t>(getpid()), std::memory_order_release);
   return true;
 }

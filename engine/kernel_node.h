@@ -76,6 +76,8 @@ class NodeRecord {
   // and sequence spaces) — if not, the caller starts a new one (NewIncarnation).
   bool TryClaim(bool* continued);
   bool owned() const { return owned_; }
+  // The owner before our claim (from the record; 0 if none was recorded).
+  uint32_t previous_owner() const { return previous_owner_; }
   // Uses the record from now on (a relayer of a live owner; TryClaim joins
   // too): a new owner after this one's death continues the incarnation.
   void Join();
@@ -101,6 +103,7 @@ class NodeRecord {
   State* const state_;
   bool owned_ = false;
   bool member_ = false;
+  uint32_t previous_owner_ = 0;
 };
 
 }  // namespace rds

@@ -56,6 +56,13 @@ void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::He
     link->Close();
     return;
   }
+  if (NodePathHeld(c)) {
+    // Survivors are still sending what a dead owner had not confirmed: the
+    // node reconnects after the hold (Engine::StartTakeover).
+    log::Info("%s: the node connected during a takeover's hold; closing", link->Describe());
+    link->Close();
+    return;
+  }
   if (!link->ReportTransportAcks()) {
     // Nothing would ever free what is sent to the node: refuse loudly.
     log::Error("%s: a kernel RDS node on a link that cannot report acknowledgements; closing",

@@ -25,6 +25,7 @@
 #include "engine/bind.h"
 #include "engine/log.h"
 #include "engine/recv.h"
+#include "engine/send.h"
 #include "engine/registry.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
@@ -152,20 +153,125 @@ void Engine::BecomeNodeOwner(Connection& c, bool continued) {
             c.key.laddr.ToString(), c.key.faddr.ToString(), continued ? "continuing its" : "a new",
             s.gen.load());
   if (!was_relaying) return;
-  // What we relayed through the dead owner and it had not confirmed goes to
-  // the node ourselves, in the node's sequence space: as new messages
-  // (a node sequence the old owner gave them is not known here).
   p.peer_gen = s.node_gen.load(std::memory_order_relaxed);
   p.next_rx_seq = s.next_rx_seq.load(std::memory_order_relaxed);
   p.rx_delivered = p.rx_acked = 0;
-  uint64_t next = std::max<uint64_t>(s.next_tx_seq.load(std::memory_order_relaxed), 1);
-  for (MessagePtr& m : p.backlog) {
-    m->header.sequence = next++;
-    m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
-    r.NoteSlot(m->header.sequence, pid_, 0);
-  }
+  const uint64_t next = std::max<uint64_t>(s.next_tx_seq.load(std::memory_order_relaxed), 1);
   p.next_tx_seq = next;
-  s.next_tx_seq.store(next, std::memory_order_relaxed);
+  if (continued) StartTakeover(c, r.previous_owner());
+  // What we relayed through the dead owner and it had not confirmed: in the
+  // node's sequence space now. A message the node has is done; one it may
+  // have goes again under the sequence the old owner gave it; the rest are
+  // new messages.
+  std::deque<MessagePtr> backlog;
+  backlog.swap(p.backlog);
+  for (MessagePtr& m : backlog) {
+    uint64_t node_seq = 0;
+    switch (TakeoverFate(c, pid_, m->header.sequence, &node_seq)) {
+      case TakeoverResult::kDelivered:
+        ReleaseSendSpace(*m);
+        continue;
+      case TakeoverResult::kResend:
+        m->header.sequence = node_seq;
+        m->header.flags |= wire::kFlagRetransmitted;
+        p.backlog.push_back(std::move(m));
+        continue;
+      case TakeoverResult::kNew:
+        m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
+        PathSend(p, std::move(m));
+        continue;
+    }
+  }
+  SyncNodeRecord(p);
+  MaybeEndTakeoverHold(c);
+}
+
+void Engine::StartTakeover(Connection& c, uint32_t previous_owner) {
+  NodeRecord& r = *c.node_record;
+  NodeRecord::State& s = r.state();
+  auto t = std::make_unique<Connection::Takeover>();
+  t->acked = s.acked_seq.load(std::memory_order_relaxed);
+  const uint64_t next = s.next_tx_seq.load(std::memory_order_relaxed);
+  absl::flat_hash_map<uint32_t, bool> alive;
+  for (uint64_t seq = next > NodeRecord::kSlots ? next - NodeRecord::kSlots : 1; seq < next; ++seq) {
+    std::optional<std::pair<uint32_t, uint64_t>> slot = r.SlotOf(seq);
+    // The old owner's own messages died with it.
+    if (!slot || slot->first == previous_owner || slot->first == 0) continue;
+    t->slots[*slot] = seq;
+    if (seq <= t->acked) continue;
+    auto [it, fresh] = alive.try_emplace(slot->first, false);
+    if (fresh) {
+      it->second = slot->first == pid_ ||
+                   kill(static_cast<pid_t>(slot->first), 0) == 0 || errno == EPERM;
+    }
+    if (it->second) t->waiting.insert(seq);
+  }
+  log::Info("%s -> %s: taking over from engine %d: node sequences %llu..%llu unconfirmed, "
+            "%zu of them from engines alive",
+            c.key.laddr.ToString(), c.key.faddr.ToString(), previous_owner,
+            static_cast<unsigned long long>(t->acked + 1),
+            static_cast<unsigned long long>(next - 1), t->waiting.size());
+  t->holding = !t->waiting.empty();
+  Connection* cp = &c;
+  if (t->holding) {
+    // The node path stays closed meanwhile (ConnectPath, AdoptKernelLink).
+    t->timer = loop_.After(kTakeoverHold, [this, cp] {
+      cp->takeover->timer = 0;
+      log::Warn("%s -> %s: %zu unconfirmed messages were not sent again within %lld ms of the "
+                "takeover; if they come later they go as new messages",
+                cp->key.laddr.ToString(), cp->key.faddr.ToString(),
+                cp->takeover->waiting.size(),
+                static_cast<long long>(absl::ToInt64Milliseconds(kTakeoverHold)));
+      cp->takeover->waiting.clear();
+      MaybeEndTakeoverHold(*cp);
+    });
+  }
+  c.takeover = std::move(t);
+  // Which relayed message took which sequence matters as long as relayers
+  // may still send what the old owner had: not for ever.
+  loop_.After(kTakeoverMemory, [this, cp] {
+    if (cp->takeover && !cp->takeover->holding) cp->takeover.reset();
+  });
+}
+
+Engine::TakeoverResult Engine::TakeoverFate(Connection& c, uint32_t pid, uint64_t relay_seq,
+                                            uint64_t* node_seq) {
+  if (!c.takeover) return TakeoverResult::kNew;
+  auto it = c.takeover->slots.find(std::make_pair(pid, relay_seq));
+  if (it == c.takeover->slots.end()) return TakeoverResult::kNew;
+  if (it->second <= c.takeover->acked) return TakeoverResult::kDelivered;
+  if (c.takeover->waiting.erase(it->second) == 0) {
+    // The hold is over: its place in the sequence is gone. Sent as new (the
+    // node may have had it: a possible duplicate, said once per takeover).
+    log::Warn("%s -> %s: a message relayed before the takeover came after its hold; sent "
+              "again as a new message",
+              c.key.laddr.ToString(), c.key.faddr.ToString());
+    return TakeoverResult::kNew;
+  }
+  *node_seq = it->second;
+  return TakeoverResult::kResend;
+}
+
+void Engine::MaybeEndTakeoverHold(Connection& c) {
+  if (!c.takeover || !c.takeover->holding || !c.takeover->waiting.empty()) return;
+  c.takeover->holding = false;
+  if (c.takeover->timer) {
+    loop_.Cancel(c.takeover->timer);
+    c.takeover->timer = 0;
+  }
+  Path* p = NodePathOf(c);
+  if (p == nullptr) return;
+  // Sent again in the node's sequence order, ahead of what is new (every new
+  // message took a later sequence).
+  std::stable_sort(p->backlog.begin(), p->backlog.end(),
+                   [](const MessagePtr& a, const MessagePtr& b) {
+                     return a->header.sequence < b->header.sequence;
+                   });
+  if (!p->link && !p->connecting && !p->retry_timer) ConnectPath(*p);
+}
+
+bool Engine::NodePathHeld(const Connection& c) const {
+  return c.takeover != nullptr && c.takeover->holding;
 }
 
 void Engine::SyncNodeRecord(Path& p) {
@@ -227,7 +333,25 @@ void Engine::RelayToNode(Path& from, const wire::Header& h, Payload&& payload) {
   m->relay_pid = from.peer_pid;
   m->relay_seq = h.sequence;
   stats::Inc(stats::kShimRelayedToNode);
-  PathSend(GetPath(c, kKernelNodePid, /*connect=*/true), std::move(m));
+  Path& node = GetPath(c, kKernelNodePid, /*connect=*/true);
+  uint64_t node_seq = 0;
+  if (h.flags & wire::kFlagRetransmitted) {
+    // Perhaps through an owner that died (StartTakeover).
+    switch (TakeoverFate(c, from.peer_pid, h.sequence, &node_seq)) {
+      case TakeoverResult::kDelivered:
+        OnRelayedDone(c, *m);
+        return;
+      case TakeoverResult::kResend:
+        m->header.sequence = node_seq;
+        m->header.flags |= wire::kFlagRetransmitted;
+        node.backlog.push_back(std::move(m));
+        MaybeEndTakeoverHold(c);
+        return;
+      case TakeoverResult::kNew:
+        break;
+    }
+  }
+  PathSend(node, std::move(m));
 }
 
 void Engine::RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload) {
