@@ -2,6 +2,8 @@
 #include "transports/stream/stream_link.h"
 
 #include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -171,6 +173,9 @@ void StreamLink::AnnounceArena(std::shared_ptr<ShmArena> arena) {
 }
 
 void StreamLink::OnEstablished() {
+  // What TCP counts as acknowledged before our first byte (the SYN of a
+  // connection we opened): CheckTransportAcks counts from here.
+  if (tcp_) handshake_acked_ = TcpBytesAcked();
   if (!share_payloads_ || arena_) return;
   std::shared_ptr<ShmArena> arena = ShmArena::Existing();
   if (arena && arena->LentTo(PeerPid()) > 0) AnnounceArena(std::move(arena));
@@ -532,9 +537,8 @@ bool StreamLink::Advance(size_t n) {
 
 // ---------------------------------------------------------------------------
 // Acknowledgements of the medium (kernel peers, kernel-rds.md §C.6): a
-// message is done once TCP's snd_una has passed its last byte. SIOCOUTQ is
-// the bytes written and not yet acknowledged, so everything up to
-// bytes_written_ - SIOCOUTQ has been.
+// message is done once TCP's snd_una has passed its last byte, that is once
+// the peer acknowledged bytes_written_ at its end.
 
 bool StreamLink::ReportTransportAcks() {
   if (!tcp_) return false;
@@ -547,11 +551,46 @@ void StreamLink::AwaitTransportAck(const Message& m, uint64_t end) {
   if (m.header.sequence != 0) awaiting_ack_.push_back({end, m.header.sequence});
 }
 
+namespace {
+// tcp_info.tcpi_state values (the kernel's tcp_states.h; not in the uapi headers).
+constexpr uint8_t kTcpEstablished = 1;
+constexpr uint8_t kTcpCloseWait = 8;
+}  // namespace
+
+int64_t StreamLink::TcpBytesAcked() const {
+  struct tcp_info info = {};
+  socklen_t len = sizeof(info);
+  if (sys::Getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+      len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(info.tcpi_bytes_acked)) {
+    return -1;
+  }
+  return static_cast<int64_t>(info.tcpi_bytes_acked);
+}
+
 void StreamLink::CheckTransportAcks() {
   if (closed_ || awaiting_ack_.empty()) return;
-  int unacked = 0;
-  if (sys::Ioctl(fd_, SIOCOUTQ, &unacked) != 0) return;
-  const uint64_t acked = bytes_written_ - static_cast<uint64_t>(std::max(unacked, 0));
+  // The bytes the peer's TCP acknowledged: a counter (tcpi_bytes_acked) that
+  // stays right when the connection is reset or destroyed — SIOCOUTQ, the
+  // bytes not yet acknowledged, drops to 0 then, which once made everything
+  // unacknowledged look delivered (lost across a reconnect).
+  const int64_t now = TcpBytesAcked();
+  if (now < 0 || handshake_acked_ < 0) {
+    // Kernels before 4.1: SIOCOUTQ, trusted only while the connection is open.
+    struct tcp_info info = {};
+    socklen_t len = sizeof(info);
+    int unacked = 0;
+    if (sys::Getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+        (info.tcpi_state != kTcpEstablished && info.tcpi_state != kTcpCloseWait) ||
+        sys::Ioctl(fd_, SIOCOUTQ, &unacked) != 0) {
+      return;
+    }
+    AckedThrough(bytes_written_ - static_cast<uint64_t>(std::max(unacked, 0)));
+    return;
+  }
+  AckedThrough(static_cast<uint64_t>(now - handshake_acked_));
+}
+
+void StreamLink::AckedThrough(uint64_t acked) {
   uint64_t through = 0;
   while (!awaiting_ack_.empty() && awaiting_ack_.front().end <= acked) {
     through = awaiting_ack_.front().seq;

@@ -75,7 +75,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // SCM_RIGHTS (transports/host_channel.h). The caller closes this link.
   absl::Status HandOver(const std::string& engine, const MessagePtr& hello) override;
   // TCP links: reports sequences whose bytes the peer's TCP acknowledged
-  // (SIOCOUTQ after each write, then every kAckPoll while any are pending).
+  // (TCP_INFO tcpi_bytes_acked after each write, then every kAckPoll while any are pending).
   bool ReportTransportAcks() override;
 
  private:
@@ -118,6 +118,10 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // ReportTransportAcks: a data message's last byte went into the socket.
   void AwaitTransportAck(const Message& m, uint64_t end);
   void CheckTransportAcks();
+  // Everything up to `acked` bytes written is acknowledged by the peer's TCP.
+  void AckedThrough(uint64_t acked);
+  // tcpi_bytes_acked, or -1 (before Linux 4.1).
+  int64_t TcpBytesAcked() const;
   void ArmAckPoll();
 
   struct Out {
@@ -167,6 +171,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // written whole but not yet acknowledged by TCP, with the byte count at its end.
   bool report_transport_acks_ = false;
   uint64_t bytes_written_ = 0;
+  int64_t handshake_acked_ = -1;  // tcpi_bytes_acked when established (-1: unknown)
   struct AwaitedAck {
     uint64_t end;
     uint64_t seq;
