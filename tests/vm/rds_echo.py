@@ -19,8 +19,20 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py collect ADDR PORT IDLE        receives numbered messages until none came for IDLE
                                             seconds; prints per sender "source PORT n=N dups=D
                                             gaps=G order=ok|bad"
+  rds_echo.py duplex ADDR PORT PEER PPORT COUNT IDLE
+                                            stream (as above) and collect on one socket at once,
+                                            then print "counter recv_drop_old_seq N"
+  rds_echo.py fill ADDR PORT PEER PPORT      non-blocking 1 KiB sends until ENOBUFS (the peer port
+                                            congested): "congested after N", else FAIL
+  rds_echo.py unblocked ADDR PORT PEER PPORT SECONDS
+                                            non-blocking sends until one succeeds: "uncongested"
+  rds_echo.py sink ADDR PORT RCVBUF SECONDS  binds with a small receive buffer, reads nothing for
+                                            SECONDS, then drains: "drained N"
 """
+import ctypes
 import os
+import struct
+import threading
 import signal
 import socket
 import sys
@@ -89,8 +101,8 @@ def hold(addr, port, seconds):
     s.close()
 
 
-def stream(addr, port, peer, pport, count):
-    s = rds_socket(addr, int(port))
+def stream(addr, port, peer, pport, count, s=None):
+    s = s or rds_socket(addr, int(port))
     # RDS_ECHO_KILL_AT=N:PID — kill -9 PID once N messages are sent (in mid-stream, exactly).
     kill_at = os.environ.get("RDS_ECHO_KILL_AT")
     kill_at = tuple(int(x) for x in kill_at.split(":")) if kill_at else None
@@ -113,8 +125,8 @@ def echo_stream(addr, port, peer, eport, rounds, cport, count):
     stream(addr, port, peer, cport, count)
 
 
-def collect(addr, port, idle):
-    s = rds_socket(addr, int(port))
+def collect(addr, port, idle, s=None):
+    s = s or rds_socket(addr, int(port))
     s.settimeout(float(idle))
     print("ready", flush=True)
     seen = {}
@@ -133,6 +145,84 @@ def collect(addr, port, idle):
               flush=True)
 
 
+SOL_RDS = 276
+RDS_INFO_COUNTERS = 10000
+
+
+def counter(s, name):
+    """This host's RDS counter `name` (RDS_INFO_COUNTERS: 32-byte name, u64 value). Through libc
+    (Python's getsockopt takes at most 1 KiB, the table is larger): the interposed call under the
+    shim."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(1 << 16)
+    length = ctypes.c_uint32(len(buf))
+    if libc.getsockopt(s.fileno(), SOL_RDS, RDS_INFO_COUNTERS, buf, ctypes.byref(length)) < 0:
+        return f"error {ctypes.get_errno()}"
+    raw = buf.raw[:length.value]
+    for off in range(0, len(raw) - 39, 40):
+        n, v = struct.unpack_from("32sQ", raw, off)
+        if n.rstrip(b"\0").decode() == name:
+            return v
+    return None
+
+
+def duplex(addr, port, peer, pport, count, idle):
+    s = rds_socket(addr, int(port))
+    t = threading.Thread(target=stream, args=(addr, port, peer, pport, count, s))
+    t.start()
+    collect(addr, port, idle, s)
+    t.join()
+    print(f"counter recv_drop_old_seq {counter(s, 'recv_drop_old_seq')}", flush=True)
+
+
+def fill(addr, port, peer, pport):
+    s = rds_socket(addr, int(port))
+    s.setblocking(False)
+    for i in range(200000):
+        try:
+            s.sendto(b"c" * 1024, (peer, int(pport)))
+        except BlockingIOError:
+            time.sleep(0.001)  # our own send buffer: the peer's TCP is slow, not congested
+        except OSError as e:
+            if e.errno == 105:  # ENOBUFS: the destination port is congested
+                print(f"congested after {i}", flush=True)
+                return
+            raise
+    print("FAIL never congested", flush=True)
+
+
+def unblocked(addr, port, peer, pport, seconds):
+    s = rds_socket(addr, int(port))
+    s.setblocking(False)
+    deadline = time.monotonic() + float(seconds)
+    while time.monotonic() < deadline:
+        try:
+            s.sendto(b"u", (peer, int(pport)))
+            print("uncongested", flush=True)
+            return
+        except OSError:
+            time.sleep(0.05)
+    print("FAIL still congested", flush=True)
+
+
+def sink(addr, port, rcvbuf, seconds):
+    s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(rcvbuf))
+    s.bind((addr, int(port)))
+    print("ready", flush=True)
+    time.sleep(float(seconds))
+    s.settimeout(2)
+    n = 0
+    try:
+        while True:
+            s.recv(1 << 16)
+            n += 1
+    except socket.timeout:
+        pass
+    print(f"drained {n}", flush=True)
+
+
 if __name__ == "__main__":
     {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
-     "collect": collect, "echo_stream": echo_stream}[sys.argv[1]](*sys.argv[2:])
+     "collect": collect, "echo_stream": echo_stream, "duplex": duplex, "fill": fill,
+     "unblocked": unblocked, "sink": sink}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,93 @@
+#!/bin/bash
+# Runs INSIDE each of two guests of ../shared/vm (test_kernel_faults.py starts them): a kernel RDS
+# node (modprobe rds_tcp) and a shim host. Three phases (tests/vm/rds_echo.py on both sides):
+#  reconnect   both send a numbered stream to the other at once (one socket each, "duplex")
+#              while the shim's guest destroys the TCP connections between them three times
+#              (ss -K, after 0.3 s in which nothing left the guest: the node retransmits what the
+#              shim had delivered): each side must receive the other's stream exactly once, in
+#              order; the shim prints its recv_drop_old_seq counter (those retransmissions);
+#  cong-shim   the node sends non-blocking to a shim socket that reads nothing: ENOBUFS once the
+#              shim's congestion map reaches it, and sends succeed again once the shim drained;
+#  cong-node   the same, shim sending to a kernel socket.
+# Prints "RESULT <phase> <verdict…>" lines.
+# Usage: kernel_faults.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
+set -u
+BUILD=$1 ROLE=$2 ME=$3 PEER=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+ECHO="python3 $HERE/rds_echo.py"
+COUNT=20000
+sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
+if [ "$ROLE" = kernel ]; then
+  modprobe rds_tcp
+  RUN=""
+else
+  RUN="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3"
+fi
+
+wait_for() {  # FILE PATTERN SECONDS
+  for _ in $(seq $((10 * $3))); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# --- reconnect
+port=$([ "$ROLE" = kernel ] && echo 4001 || echo 5001)
+peer_port=$([ "$ROLE" = kernel ] && echo 5001 || echo 4001)
+vm_barrier reconnect
+$RUN timeout 200 $ECHO duplex "$ME" "$port" "$PEER" "$peer_port" "$COUNT" 15 >/tmp/duplex.out 2>&1 &
+duplex=$!
+if [ "$ROLE" = shim ]; then
+  modprobe inet_diag 2>/dev/null; modprobe tcp_diag 2>/dev/null
+  # Each time: 0.3 s in which nothing leaves this guest (the node's messages still arrive and
+  # are delivered, but it hears no acknowledgement), then the connection is destroyed: the
+  # node retransmits, after the reconnect, messages the shim already delivered.
+  wait_for /tmp/duplex.out "progress 1000" 60
+  for i in 1 2 3; do
+    # Up again (after a reset the node refuses us until its side of the old connection has
+    # failed too: a second or two).
+    for _ in $(seq 200); do
+      ss -Htn state established '( sport = :16385 or dport = :16385 )' | grep -q . && break
+      sleep 0.1
+    done
+    sleep 0.3
+    tc qdisc add dev eth0 root netem loss 100%
+    sleep 0.3
+    n=$(ss -K 'sport = :16385 or dport = :16385' 2>&1 | grep -c ESTAB)
+    tc qdisc del dev eth0 root
+    echo "reset $i: $n connections destroyed"
+  done
+fi
+wait "$duplex"
+cat /tmp/duplex.out
+other=$peer_port
+echo "RESULT reconnect-$ROLE-receives $(sed -n "s/^source $other //p" /tmp/duplex.out)"
+[ "$ROLE" = shim ] && echo "RESULT reconnect-shim-$(grep '^counter' /tmp/duplex.out)"
+
+# --- congestion: RECEIVER_ROLE sinks, the other fills
+congestion() {  # NAME RECEIVER_ROLE
+  local name=$1 receiver=$2
+  if [ "$ROLE" = "$receiver" ]; then
+    $RUN timeout 60 $ECHO sink "$ME" 6001 65536 12 >/tmp/sink.out 2>&1 &
+    local sink=$!
+    sleep 1
+    vm_barrier "$name-ready"
+    wait "$sink"
+    cat /tmp/sink.out
+    vm_barrier "$name-drained"
+  else
+    vm_barrier "$name-ready"
+    local out
+    out=$($RUN timeout 60 $ECHO fill "$ME" 6002 "$PEER" 6001 2>&1)
+    echo "$out"
+    echo "RESULT $name-fill $(echo "$out" | grep -E '^(congested|FAIL)' | head -1 | cut -d' ' -f1)"
+    vm_barrier "$name-drained"
+    out=$($RUN timeout 60 $ECHO unblocked "$ME" 6003 "$PEER" 6001 20 2>&1)
+    echo "$out"
+    echo "RESULT $name-after $(echo "$out" | grep -E '^(uncongested|FAIL)' | head -1 | cut -d' ' -f1)"
+  fi
+}
+congestion cong-shim shim
+congestion cong-node kernel
+exit 0

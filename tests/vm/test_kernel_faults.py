@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""A shim host and a kernel RDS node through faults (issue 20, tests 3 and 4): both stream to each
+other while the TCP connections between them are destroyed three times (ss -K in the shim's
+guest, after 0.3 s in which the guest sent nothing, so the node's retransmissions include
+messages the shim delivered) — each side must receive the other's stream exactly once and in
+order, and the shim's recv_drop_old_seq must count the duplicates it dropped; then
+congestion both ways: a receiver that reads nothing makes the other side's non-blocking sends fail
+with ENOBUFS, and once it drained they succeed again (tests/vm/kernel_faults.sh). The shim has the
+smaller address (the node is then the one that pokes).
+
+Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulated CPU).
+"""
+
+import os
+import re
+import subprocess
+
+from vmlib import HERE, build_dir, command, fail
+
+COUNT = 20000
+
+
+def main():
+    build = build_dir()
+    script = os.path.join(HERE, "kernel_faults.sh")
+    cmds = {"vm1": f"{script} {build} shim 10.77.0.1 10.77.0.2",
+            "vm2": f"{script} {build} kernel 10.77.0.2 10.77.0.1"}
+    cmd = command("-c", "1", "-t", "300") + ["--peer", cmds["vm2"], "--", cmds["vm1"]]
+    print("+ " + " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=360)
+    except subprocess.TimeoutExpired:
+        fail("the guests did not finish within 360 s")
+    print(r.stdout + r.stderr, flush=True)
+    results = dict(re.findall(r"RESULT (\S+) ?(.*)", r.stdout))
+    bad = []
+
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            bad.append(what)
+
+    resets = re.findall(r"reset \d: (\d+) connections destroyed", r.stdout)
+    check(len(resets) == 3 and all(int(n) >= 1 for n in resets),
+          f"the TCP connections were destroyed mid-stream: {resets}")
+    whole = f"n={COUNT} dups=0 gaps=0 order=ok"
+    for side in ("shim", "kernel"):
+        got = results.get(f"reconnect-{side}-receives", "").strip()
+        check(got == whole, f"the {side} side received the other's stream exactly once: {got}")
+    drops = results.get("reconnect-shim-counter", "")
+    dropped = re.fullmatch(r"recv_drop_old_seq (\d+)", drops.strip())
+    check(dropped is not None and int(dropped.group(1)) > 0,
+          f"the node retransmitted messages the shim had delivered, and the shim dropped them: "
+          f"{drops}")
+    for phase in ("cong-shim", "cong-node"):
+        receiver = "shim" if phase == "cong-shim" else "kernel node"
+        check(results.get(f"{phase}-fill", "").strip() == "congested",
+              f"a {receiver} receiver that reads nothing makes the sender see ENOBUFS")
+        check(results.get(f"{phase}-after", "").strip() == "uncongested",
+              f"once the {receiver} receiver drained, sends succeed again")
+    if bad:
+        fail("\n  ".join(["kernel faults:"] + bad))
+    print("every check ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
