@@ -29,6 +29,8 @@ namespace {
 // Attempts to reach a host that poked us (OnPoke): a node resets a connection
 // that comes while its own is still closing, and pokes only once.
 constexpr int kPokeProbes = 10;
+// How long after a poke we connect back (OnPoke).
+constexpr absl::Duration kPokeAnswerDelay = absl::Milliseconds(20);
 }  // namespace
 
 void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::Header&& first,
@@ -174,8 +176,16 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
             e.peer.addr.ToString());
   c.probes_left = kPokeProbes;
   if (!c.query_link && !c.query_timer) {
-    --c.probes_left;
-    StartQueryLink(c, 0);
+    // Not at once: the node tears its poke down through a worker, and a
+    // connection that arrives meanwhile (its path neither down nor
+    // connecting) is reset (kernel-rds.md §C.7).
+    Connection* cp = &c;
+    c.query_timer = loop_.After(kPokeAnswerDelay, [this, cp] {
+      cp->query_timer = 0;
+      if (cp->query_link || cp->kernel_peer) return;
+      --cp->probes_left;
+      StartQueryLink(*cp, 0);
+    });
   }
 }
 

@@ -90,4 +90,37 @@ congestion() {  # NAME RECEIVER_ROLE
 }
 congestion cong-shim shim
 congestion cong-node kernel
+
+# --- restart: the node streams to a shim process that stalls (its TCP stops acknowledging) and
+# is killed with kill -9; a new process binds the same port. Our new engine is a new
+# incarnation (a new GEN_NUM in its handshake): what the node retransmits for the old one is
+# dropped by a kernel that honours it; everything sent after the restart arrives exactly once.
+if [ "$ROLE" = kernel ]; then
+  rm -f /tmp/stop
+  # Only once the shim process runs: a node with the larger address pokes once when it starts
+  # sending and does not retry by itself if nobody answered (no shim process ran yet).
+  vm_barrier restart-go
+  timeout 150 $ECHO phased "$ME" 4003 "$PEER" 7001 /tmp/stop 50 >/tmp/phased.out 2>&1 &
+  phased=$!
+  vm_barrier restart-dead
+  touch /tmp/stop
+  wait "$phased"
+  cat /tmp/phased.out
+else
+  $RUN $ECHO stall "$ME" 7001 50 >/tmp/stall.out 2>&1 &  # no timeout wrapper: $! is python
+  stall=$!
+  sleep 1
+  vm_barrier restart-go
+  wait_for /tmp/stall.out stopping 60
+  sleep 2
+  kill -9 "$stall"
+  cat /tmp/stall.out
+  vm_barrier restart-dead
+  out=$($RUN timeout 100 $ECHO tally "$ME" 7001 15 2>&1)
+  echo "$out"
+  echo "RESULT restart-old $(echo "$out" | sed -n 's/^old //p')"
+  echo "RESULT restart-new $(echo "$out" | sed -n 's/^new //p')"
+  gens=$( (cat /tmp/stall.out; echo "$out") | grep -o 'incarnation, generation [0-9a-f]*' | awk '{print $3}' | sort -u | wc -l)
+  echo "RESULT restart-generations $gens"
+fi
 exit 0

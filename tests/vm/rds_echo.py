@@ -26,6 +26,12 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
                                             congested): "congested after N", else FAIL
   rds_echo.py unblocked ADDR PORT PEER PPORT SECONDS
                                             non-blocking sends until one succeeds: "uncongested"
+  rds_echo.py phased ADDR PORT PEER PPORT STOPFILE N
+                                            sends "o:<i>" messages (a send timing out is tried
+                                            again) until STOPFILE exists, then N "n:<i>" messages
+  rds_echo.py stall ADDR PORT COUNT          receives COUNT messages, then stops itself (SIGSTOP)
+  rds_echo.py tally ADDR PORT IDLE           receives until IDLE seconds pass without a message;
+                                            prints "old N" and "new n=… dups=… gaps=… order=…"
   rds_echo.py sink ADDR PORT RCVBUF SECONDS  binds with a small receive buffer, reads nothing for
                                             SECONDS, then drains: "drained N"
 """
@@ -205,6 +211,62 @@ def unblocked(addr, port, peer, pport, seconds):
     print("FAIL still congested", flush=True)
 
 
+def phased(addr, port, peer, pport, stopfile, n):
+    s = rds_socket(addr, int(port))
+    s.settimeout(0.2)
+    dest = (peer, int(pport))
+
+    def send(data):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                s.sendto(data, dest)
+                return True
+            except OSError:  # timed out (ETIMEDOUT/EAGAIN): the receiver is stalled or gone
+                if data.startswith(b"o") and os.path.exists(stopfile):
+                    return False
+        return False
+    i = 0
+    while not os.path.exists(stopfile):
+        if send(f"o:{i}".encode().ljust(1024, b".")):
+            i += 1
+    print(f"old {i}", flush=True)
+    for j in range(int(n)):
+        send(f"n:{j}".encode().ljust(1024, b"."))
+    print(f"new {n}", flush=True)
+
+
+def stall(addr, port, count):
+    s = rds_socket(addr, int(port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    print("ready", flush=True)
+    for _ in range(int(count)):
+        s.recv(1 << 16)
+    print("stopping", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def tally(addr, port, idle):
+    s = rds_socket(addr, int(port))
+    s.settimeout(float(idle))
+    print("ready", flush=True)
+    old, new = 0, []
+    try:
+        while True:
+            kind, num = s.recv(1 << 16).rstrip(b".").decode().split(":")
+            if kind == "o":
+                old += 1
+            else:
+                new.append(int(num))
+    except socket.timeout:
+        pass
+    dups = len(new) - len(set(new))
+    gaps = (max(new) + 1 - len(set(new))) if new else 0
+    order = "ok" if new == sorted(new) and dups == 0 else "bad"
+    print(f"old {old}", flush=True)
+    print(f"new n={len(set(new))} dups={dups} gaps={gaps} order={order}", flush=True)
+
+
 def sink(addr, port, rcvbuf, seconds):
     s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(rcvbuf))
@@ -225,4 +287,4 @@ def sink(addr, port, rcvbuf, seconds):
 if __name__ == "__main__":
     {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
      "collect": collect, "echo_stream": echo_stream, "duplex": duplex, "fill": fill,
-     "unblocked": unblocked, "sink": sink}[sys.argv[1]](*sys.argv[2:])
+     "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally}[sys.argv[1]](*sys.argv[2:])

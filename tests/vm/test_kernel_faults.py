@@ -6,7 +6,9 @@ messages the shim delivered) — each side must receive the other's stream exact
 order, and the shim's recv_drop_old_seq must count the duplicates it dropped; then
 congestion both ways: a receiver that reads nothing makes the other side's non-blocking sends fail
 with ENOBUFS, and once it drained they succeed again (tests/vm/kernel_faults.sh). The shim has the
-smaller address (the node is then the one that pokes).
+smaller address (the node is then the one that pokes). Last, a restart (test 6): the node streams to
+a shim process that stalls and is killed with kill -9; the next process on the same port is a new
+incarnation, gets none of the old stream and all of what follows, exactly once.
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulated CPU).
 """
@@ -58,6 +60,13 @@ def main():
               f"a {receiver} receiver that reads nothing makes the sender see ENOBUFS")
         check(results.get(f"{phase}-after", "").strip() == "uncongested",
               f"once the {receiver} receiver drained, sends succeed again")
+    check(results.get("restart-generations", "").strip() == "2",
+          "a restarted shim process is a new incarnation (a new GEN_NUM toward the node)")
+    check(results.get("restart-old", "").strip() == "0",
+          "the restarted process received none of what the node had sent its predecessor "
+          f"(the node flushed them on the new GEN_NUM): {results.get('restart-old')}")
+    check(results.get("restart-new", "").strip() == "n=50 dups=0 gaps=0 order=ok",
+          f"what the node sent after the restart arrived exactly once: {results.get('restart-new')}")
     if bad:
         fail("\n  ".join(["kernel faults:"] + bad))
     print("every check ok", flush=True)
