@@ -93,6 +93,12 @@ class Soak(unittest.TestCase):
         for h in out["host"]:
             self.assertGreater(int(h.get("conn_reset", "0")), 0,
                                f"host {h['name']}: no link reset counted\n{diag}")
+            # Between shim engines a reconnect's hello carries what the peer delivered, so nothing
+            # delivered is ever sent again: the receiver's duplicate drop (recv_drop_old_seq) must
+            # not fire here. Where it must — a kernel node retransmits after every reconnect
+            # whatever arrived — tests/vm/test_kernel_faults.py asserts that it does.
+            self.assertEqual(int(h.get("recv_drop_old_seq", "0")), 0,
+                             f"host {h['name']}: retransmitted what the peer had delivered\n{diag}")
         itlib.log(f"{name}: {t['received']} messages, {t['reconnects']} resets, "
                   f"{t['retransmitted']} retransmissions, {t['seconds']} s")
         return out
