@@ -156,11 +156,12 @@ absl::Status Engine::Serve(const std::shared_ptr<NetNs>& ns) {
     host_served_ = true;
     loop_.Post([this] { PruneStaleEngineSockets(); });
   }
-  served_.try_emplace(ns->key(), ns);
+  const bool first = served_.try_emplace(ns->key(), ns).second;
   for (Transport* t : transports_.All()) {
     if (t == transports_.same_host.get()) continue;
     if (absl::Status s = t->Serve(ns); !s.ok()) return s;
   }
+  if (first) loop_.Post([this, ns] { ReachKnownNodes(ns); });
   return absl::OkStatus();
 }
 

@@ -172,6 +172,10 @@ class Engine {
   static constexpr absl::Duration kParkedRetry = absl::Milliseconds(5);
   // The path to a kernel RDS node (its "engine": there is one per address pair).
   static constexpr uint32_t kKernelNodePid = 0xfffffffeu;
+  // Attempts to reach a host that poked us or a node we knew (OnPoke,
+  // ReachKnownNodes): a node resets a connection that comes while its own is
+  // still closing, and pokes only once.
+  static constexpr int kNodeProbes = 10;
   void RetryParkedLater(Connection& c);
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);
@@ -267,6 +271,12 @@ class Engine {
   // The congestion map `p`'s peer gets (a node: the host's; a relayer: the node's).
   CongBits CongestionMapFor(Path& p);
   void OnRelayCongestionMap(Path& p, const uint8_t* bits);
+  // The first time this engine serves `ns`: kernel nodes this host talked
+  // to before (their records) and that no engine of the host talks to now
+  // are asked again, as a kernel host's always-open listener would be found
+  // (a node with the larger address that poked while no shim process ran
+  // does not try again by itself).
+  void ReachKnownNodes(const std::shared_ptr<NetNs>& ns);
   // ConnectPath for a kernel node: who connects by address order (§C.7).
   void ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link);
   // An incoming TCP connection from `peer` that closed before its first

@@ -10,7 +10,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "engine/registry.h"
 #include "engine/sys.h"
@@ -26,6 +29,18 @@ std::string Hex(const RdsAddr& a) {
   std::string s;
   for (uint8_t b : a.bytes) absl::StrAppend(&s, absl::Hex(b, absl::kZeroPad2));
   return absl::StrCat(s, "_", a.scope_id);
+}
+
+// The inverse of Hex.
+bool FromHex(absl::string_view s, RdsAddr* a) {
+  const size_t us = s.find('_');
+  if (us != 32) return false;
+  for (size_t i = 0; i < 16; ++i) {
+    int v = 0;
+    if (!absl::SimpleHexAtoi(s.substr(2 * i, 2), &v)) return false;
+    a->bytes[i] = static_cast<uint8_t>(v);
+  }
+  return absl::SimpleAtoi(s.substr(us + 1), &a->scope_id);
 }
 
 int Lock(int fd, int cmd, short type, off_t at, pid_t* holder = nullptr) {
@@ -78,6 +93,21 @@ absl::StatusOr<std::unique_ptr<NodeRecord>> NodeRecord::Open(const std::string& 
     return absl::InternalError(absl::StrFormat("cannot map %s: %s", path, strerror(e)));
   }
   return std::unique_ptr<NodeRecord>(new NodeRecord(path, fd, static_cast<State*>(map)));
+}
+
+std::vector<std::pair<RdsAddr, RdsAddr>> NodeRecord::List(const std::string& dir) {
+  std::vector<std::pair<RdsAddr, RdsAddr>> out;
+  std::vector<std::string> names;
+  if (!sys::ListDir(dir.c_str(), &names)) return out;
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, "knode.")) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(name, '.');
+    RdsAddr laddr, faddr;
+    if (parts.size() == 3 && FromHex(parts[1], &laddr) && FromHex(parts[2], &faddr)) {
+      out.emplace_back(laddr, faddr);
+    }
+  }
+  return out;
 }
 
 NodeRecord::~NodeRecord() {

@@ -31,6 +31,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/addr.h"
@@ -64,6 +66,8 @@ class NodeRecord {
   static absl::StatusOr<std::unique_ptr<NodeRecord>> Open(const std::string& dir,
                                                          const RdsAddr& laddr,
                                                          const RdsAddr& faddr, bool create);
+  // The (laddr, faddr) of every record in namespace folder `dir`.
+  static std::vector<std::pair<RdsAddr, RdsAddr>> List(const std::string& dir);
   ~NodeRecord();
   NodeRecord(const NodeRecord&) = delete;
   NodeRecord& operator=(const NodeRecord&) = delete;

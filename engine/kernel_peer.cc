@@ -26,9 +26,6 @@ bool Engine::LooksLikeKernelNode(const wire::Header& h) {
 }
 
 namespace {
-// Attempts to reach a host that poked us (OnPoke): a node resets a connection
-// that comes while its own is still closing, and pokes only once.
-constexpr int kPokeProbes = 10;
 // How long after a poke we connect back (OnPoke).
 constexpr absl::Duration kPokeAnswerDelay = absl::Milliseconds(20);
 }  // namespace
@@ -108,6 +105,7 @@ void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
     p.peer_gen = *ext.gen_num;
     SyncNodeRecord(p);
   }
+  if (wire::IsHandshakePong(h)) p.stale_until_pong = false;  // it has our generation now
   if (wire::IsHandshakePing(h)) SendHandshake(p, /*pong=*/true);
 }
 
@@ -174,7 +172,7 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
   // the query and nothing else follows.
   log::Info("%s closed a connection before any message: asking it what it is",
             e.peer.addr.ToString());
-  c.probes_left = kPokeProbes;
+  c.probes_left = kNodeProbes;
   if (!c.query_link && !c.query_timer) {
     // Not at once: the node tears its poke down through a worker, and a
     // connection that arrives meanwhile (its path neither down nor

@@ -140,6 +140,7 @@ void Engine::BecomeNodeOwner(Connection& c, bool continued) {
   if (was_relaying) CloseNodePathLinks(p);
   if (!continued) {
     r.NewIncarnation(gen_);
+    p.stale_until_pong = true;
     if (!was_relaying) {
       // A new incarnation of a path we may have used alone before (the
       // record's file was made again): it starts where the path is.
@@ -441,6 +442,19 @@ void Engine::AcceptRelayLink(const std::shared_ptr<Link>& link, const std::share
   incoming_.erase(link);
   Reply(link, control::HelloResult::kAccept, 0, false, p->rx_delivered);
   AttachLink(*p, link, h.gen, h.ack);
+}
+
+void Engine::ReachKnownNodes(const std::shared_ptr<NetNs>& ns) {
+  for (const auto& [laddr, faddr] : NodeRecord::List(ns->ports().dir())) {
+    if (!ns->IsLocalAddress(laddr) || ns->IsLocalAddress(faddr)) continue;
+    Connection& c = GetConnection(ns, laddr, faddr);
+    if (c.kernel_peer || c.query_link || c.query_timer || !c.paths.empty()) continue;
+    if (FindNodeOwner(c)) continue;  // an engine of this host talks to it
+    log::Info("%s -> %s: a kernel RDS node this host talked to before; asking it again",
+              laddr.ToString(), faddr.ToString());
+    c.probes_left = kNodeProbes - 1;
+    StartQueryLink(c, 0);
+  }
 }
 
 CongBits Engine::CongestionMapFor(Path& p) {

@@ -73,6 +73,23 @@ class KernelNodeTest : public ::testing::Test {
 TEST_F(KernelNodeTest, NoRecordUntilSomeoneMakesIt) {
   absl::StatusOr<std::unique_ptr<NodeRecord>> r = NodeRecord::Open(dir_, laddr_, faddr_, false);
   EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+  EXPECT_TRUE(NodeRecord::List(dir_).empty());
+}
+
+TEST_F(KernelNodeTest, ListNamesEveryRecordsAddresses) {
+  std::unique_ptr<NodeRecord> r = Open(true);
+  ASSERT_NE(r, nullptr);
+  RdsAddr v6 = {};
+  v6.bytes[0] = 0xfe;
+  v6.bytes[1] = 0x80;
+  v6.bytes[15] = 7;
+  v6.scope_id = 3;
+  absl::StatusOr<std::unique_ptr<NodeRecord>> other = NodeRecord::Open(dir_, v6, laddr_, true);
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::vector<std::pair<RdsAddr, RdsAddr>> all = NodeRecord::List(dir_);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE((all[0] == std::make_pair(laddr_, faddr_) && all[1] == std::make_pair(v6, laddr_)) ||
+              (all[1] == std::make_pair(laddr_, faddr_) && all[0] == std::make_pair(v6, laddr_)));
 }
 
 TEST_F(KernelNodeTest, OwnerIsSeenByOthersAndGoesWithItsProcess) {

@@ -92,33 +92,48 @@ congestion cong-shim shim
 congestion cong-node kernel
 
 # --- restart: the node streams to a shim process that stalls (its TCP stops acknowledging) and
-# is killed with kill -9; a new process binds the same port. Our new engine is a new
+# is killed with kill -9 (the node started sending before that process ran: the process finds
+# the node from the host's record); a new process binds the same port. Our new engine is a new
 # incarnation (a new GEN_NUM in its handshake): what the node retransmits for the old one is
-# dropped by a kernel that honours it; everything sent after the restart arrives exactly once.
+# dropped (by the node once it has our GEN_NUM, by us before); everything the node sends once
+# the new process runs arrives exactly once.
 if [ "$ROLE" = kernel ]; then
-  rm -f /tmp/stop
-  # Only once the shim process runs: a node with the larger address pokes once when it starts
-  # sending and does not retry by itself if nobody answered (no shim process ran yet).
+  rm -f /tmp/stop /tmp/stop.new
+  # Before any shim process runs: the node (the larger address) pokes when it starts sending,
+  # nobody answers, and it does not try again by itself. The shim process that starts later
+  # must find the node from its host's record (the earlier phases talked to it) and ask it.
   vm_barrier restart-go
   timeout 150 $ECHO phased "$ME" 4003 "$PEER" 7001 /tmp/stop 50 >/tmp/phased.out 2>&1 &
   phased=$!
+  vm_barrier restart-sending
   vm_barrier restart-dead
   touch /tmp/stop
+  vm_barrier restart-up
+  touch /tmp/stop.new
   wait "$phased"
   cat /tmp/phased.out
+  echo "RESULT restart-sent-old $(sed -n 's/^old //p' /tmp/phased.out)"
 else
+  vm_barrier restart-go
+  vm_barrier restart-sending
+  sleep 2
   $RUN $ECHO stall "$ME" 7001 50 >/tmp/stall.out 2>&1 &  # no timeout wrapper: $! is python
   stall=$!
-  sleep 1
-  vm_barrier restart-go
   wait_for /tmp/stall.out stopping 60
   sleep 2
   kill -9 "$stall"
   cat /tmp/stall.out
   vm_barrier restart-dead
-  out=$($RUN timeout 100 $ECHO tally "$ME" 7001 15 2>&1)
+  $RUN timeout 100 $ECHO tally "$ME" 7001 15 >/tmp/tally.out 2>&1 &
+  tally=$!
+  wait_for /tmp/tally.out ready 60
+  sleep 2  # its engine reaches the node (the host's record) and says hello
+  vm_barrier restart-up
+  wait "$tally"
+  out=$(cat /tmp/tally.out)
   echo "$out"
   echo "RESULT restart-old $(echo "$out" | sed -n 's/^old //p')"
+  echo "RESULT restart-dropped $(echo "$out" | sed -n 's/^dropped //p')"
   echo "RESULT restart-new $(echo "$out" | sed -n 's/^new //p')"
   gens=$( (cat /tmp/stall.out; echo "$out") | grep -o 'incarnation, generation [0-9a-f]*' | awk '{print $3}' | sort -u | wc -l)
   echo "RESULT restart-generations $gens"

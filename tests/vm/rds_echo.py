@@ -28,10 +28,12 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
                                             non-blocking sends until one succeeds: "uncongested"
   rds_echo.py phased ADDR PORT PEER PPORT STOPFILE N
                                             sends "o:<i>" messages (a send timing out is tried
-                                            again) until STOPFILE exists, then N "n:<i>" messages
+                                            again) until STOPFILE exists, then, once STOPFILE.new
+                                            exists, N "n:<i>" messages
   rds_echo.py stall ADDR PORT COUNT          receives COUNT messages, then stops itself (SIGSTOP)
   rds_echo.py tally ADDR PORT IDLE           receives until IDLE seconds pass without a message;
-                                            prints "old N" and "new n=… dups=… gaps=… order=…"
+                                            prints "old n=… last=… contiguous=…", "new n=… dups=…
+                                            gaps=… order=…" and "dropped <recv_drop_old_seq>"
   rds_echo.py sink ADDR PORT RCVBUF SECONDS  binds with a small receive buffer, reads nothing for
                                             SECONDS, then drains: "drained N"
 """
@@ -231,6 +233,8 @@ def phased(addr, port, peer, pport, stopfile, n):
         if send(f"o:{i}".encode().ljust(1024, b".")):
             i += 1
     print(f"old {i}", flush=True)
+    while not os.path.exists(stopfile + ".new"):
+        time.sleep(0.05)
     for j in range(int(n)):
         send(f"n:{j}".encode().ljust(1024, b"."))
     print(f"new {n}", flush=True)
@@ -250,21 +254,21 @@ def tally(addr, port, idle):
     s = rds_socket(addr, int(port))
     s.settimeout(float(idle))
     print("ready", flush=True)
-    old, new = 0, []
+    old, new = [], []
     try:
         while True:
             kind, num = s.recv(1 << 16).rstrip(b".").decode().split(":")
-            if kind == "o":
-                old += 1
-            else:
-                new.append(int(num))
+            (old if kind == "o" else new).append(int(num))
     except socket.timeout:
         pass
     dups = len(new) - len(set(new))
     gaps = (max(new) + 1 - len(set(new))) if new else 0
     order = "ok" if new == sorted(new) and dups == 0 else "bad"
-    print(f"old {old}", flush=True)
+    contiguous = old == list(range(old[0], old[0] + len(old))) if old else True
+    print(f"old n={len(old)} last={old[-1] if old else -1} "
+          f"contiguous={'yes' if contiguous else 'no'}", flush=True)
     print(f"new n={len(set(new))} dups={dups} gaps={gaps} order={order}", flush=True)
+    print(f"dropped {counter(s, 'recv_drop_old_seq')}", flush=True)
 
 
 def sink(addr, port, rcvbuf, seconds):
