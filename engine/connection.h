@@ -70,8 +70,9 @@ class Path {
   bool ack_posted = false;
   uint64_t rx_messages = 0;            // on the current link (fault injection)
   // A kernel node's path in a new incarnation of ours, until the node answers
-  // our handshake (with our new GEN_NUM): a message it flags RETRANSMITTED
-  // was first sent to our previous incarnation, whose sockets are gone.
+  // our handshake (with our new GEN_NUM) or sends a message it had never sent
+  // (its retransmissions go first): a message it flags RETRANSMITTED was
+  // first sent to our previous incarnation, whose sockets are gone.
   bool stale_until_pong = false;
   // At a kernel node connection's owner: a path to another engine of this
   // host that relays the node's traffic through us (keyed by its pid).

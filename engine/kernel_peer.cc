@@ -26,6 +26,8 @@ bool Engine::LooksLikeKernelNode(const wire::Header& h) {
 }
 
 namespace {
+// How long a connection of ours may wait for the node's congestion map.
+constexpr absl::Duration kNodeMapWait = absl::Seconds(5);
 // How long after a poke we connect back (OnPoke).
 constexpr absl::Duration kPokeAnswerDelay = absl::Milliseconds(20);
 }  // namespace
@@ -117,15 +119,23 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
     auto l = weak.lock();
     if (!l || pp->connecting != l) return;
     if (pp->conn.key.laddr < pp->conn.key.faddr) {
-      // The smaller address is the client of every connection (§C.7): the
-      // node took it as path 0 and sends its congestion map.
-      pp->connecting.reset();
-      if (l->ReportTransportAcks()) {
-        AttachLink(*pp, l, pp->peer_gen, 0);
-      } else {
-        log::Error("%s: cannot report acknowledgements; closing", l->Describe());
-        l->Close();
-      }
+      // The smaller address is the client of every connection (§C.7). Nothing
+      // is written until the node's congestion map shows that it took this
+      // connection as its path: a node that still holds an old connection
+      // resets a new one — after its TCP acknowledged what we wrote, which
+      // would then count as delivered (lost; seen when our side of a
+      // connection died silently).
+      Path* p2 = pp;
+      loop_.After(kNodeMapWait, [this, p2, weak] {
+        auto stale = weak.lock();
+        if (!stale || p2->connecting != stale) return;
+        log::Warn("%s: connected, but no congestion map came from the node within %lld ms; "
+                  "trying again",
+                  stale->Describe(), static_cast<long long>(absl::ToInt64Milliseconds(kNodeMapWait)));
+        p2->connecting.reset();
+        stale->Close();
+        SchedulePathRetry(*p2);
+      });
       return;
     }
     // The larger address: a connection from us only makes the node connect
@@ -133,6 +143,19 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
     pp->connecting.reset();
     l->Close();
     SchedulePathRetry(*pp);
+  };
+  cb.on_message = [this, pp, weak](wire::Header&& h, Payload&& payload) {
+    auto l = weak.lock();
+    if (!l || pp->connecting != l) return;
+    pp->connecting.reset();
+    if (!LooksLikeKernelNode(h)) {
+      log::Warn("%s: the first message is no kernel node's congestion map; closing", l->Describe());
+      stats::Inc(stats::kShimConnDropBadInput);
+      l->Close();
+      SchedulePathRetry(*pp);
+      return;
+    }
+    AdoptKernelLink(pp->conn, l, std::move(h), std::move(payload));
   };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
     OnConnectFailed(*pp, weak.lock(), why);

@@ -84,12 +84,16 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     if (IsKernelPath(p)) OnKernelHandshake(p, h);
     return;
   }
-  if (p.stale_until_pong && (h.flags & wire::kFlagRetransmitted)) {
-    // Sent to our previous incarnation (a node sends what it had queued as
-    // soon as we connect, before it reads our new GEN_NUM): its sockets are
-    // gone, and a kernel that restarted would not get it either.
-    stats::Inc(stats::kRecvDropOldSeq);
-    return;
+  if (p.stale_until_pong) {
+    if (h.flags & wire::kFlagRetransmitted) {
+      // Sent to our previous incarnation (a node sends what it had queued
+      // as soon as we connect, before it reads our new GEN_NUM): its
+      // sockets are gone, and a kernel that restarted would not get it.
+      stats::Inc(stats::kRecvDropOldSeq);
+      return;
+    }
+    // Its retransmissions came first, ahead of anything it had not sent.
+    p.stale_until_pong = false;
   }
   if (AlreadyDelivered(p, h)) {
     // Already delivered before the link broke (kernel rds_recv_incoming).

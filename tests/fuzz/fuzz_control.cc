@@ -73,6 +73,8 @@ struct Protocol {
   std::vector<uint8_t> hello_prefix;   // magic + version: its first 10 bytes
   std::vector<bool> hello_len_ok;      // [n]: a hello of n bytes is accepted
   std::set<uint16_t> kinds, results;
+  size_t relay_offset = 0;             // the relay role: the default encoding's last byte
+  std::set<uint8_t> relays;            // the relay role values accepted
   size_t control_size = 0;
   std::vector<bool> control_len_ok;
   std::set<uint8_t> ops;
@@ -91,6 +93,13 @@ struct Protocol {
       hello_len_ok.push_back(control::DecodeHello(m->header, Resized(m->payload, n)).ok());
     }
     FUZZ_CHECK(hello_len_ok[hello_size], "a default hello is not accepted");
+    relay_offset = hello_size - 1;
+    for (uint32_t v = 0; v <= 0xff; ++v) {
+      Payload with(m->payload.data(), m->payload.size());
+      with.data()[relay_offset] = static_cast<uint8_t>(v);
+      if (control::DecodeHello(m->header, with).ok()) relays.insert(static_cast<uint8_t>(v));
+    }
+    FUZZ_CHECK(relays.count(0) && relays.count(1) && relays.count(2), "relay roles 0..2 not accepted");
     for (uint32_t v = 0; v <= 0xffff; ++v) {
       Hello k;
       k.kind = static_cast<HelloKind>(v);
@@ -170,7 +179,8 @@ void CheckDecoders(const wire::Header& header, const Payload& payload) {
   bool expect_hello = control::IsHello(header) && P.HelloLenOk(n) && n >= 14 &&
                       std::memcmp(p, P.hello_prefix.data(), 10) == 0 &&
                       P.kinds.count(uint16_t(RefBe(p + 10, 2))) &&
-                      P.results.count(uint16_t(RefBe(p + 12, 2)));
+                      P.results.count(uint16_t(RefBe(p + 12, 2))) &&
+                      (n <= P.relay_offset || P.relays.count(p[P.relay_offset]));
   FUZZ_CHECK(hello.ok() == expect_hello, "DecodeHello: %s, expected %s (payload %zu bytes)",
              hello.status().ToString().c_str(), expect_hello ? "ok" : "an error", n);
   FUZZ_CHECK(control::IsHello(header) ==

@@ -429,7 +429,10 @@ TEST(EngineWithKernelNode, SmallerAddressConnectsHandshakesAndFreesOnTcpAck) {
 
   // The connection drops with a message unacknowledged: the engine (the
   // smaller address) connects again and sends it with its sequence and
-  // RETRANSMITTED, after a new congestion map and handshake.
+  // RETRANSMITTED, after a new congestion map and handshake — once the node's
+  // congestion map shows that the node took the connection (a node that
+  // still holds an old one resets the new one after its TCP acknowledged
+  // what arrived: written earlier, it would count as delivered).
   ASSERT_TRUE(s.SendTo("192.168.99.2", 5100, "again").ok());
   std::optional<Record> again = a->channel->NextWhere(IsData);
   ASSERT_TRUE(again.has_value());
@@ -437,6 +440,9 @@ TEST(EngineWithKernelNode, SmallerAddressConnectsHandshakesAndFreesOnTcpAck) {
   std::optional<Attempt> re = NextAttemptTo("192.168.99.2");
   ASSERT_TRUE(re.has_value()) << "the smaller address must reconnect";
   re->channel->Connected();
+  EXPECT_TRUE(Drain(*re->channel, absl::Milliseconds(100)).empty())
+      << "written before the node took the connection";
+  re->channel->Deliver(CongMapHeader(), EmptyCongMap());
   std::vector<Record> resent = Drain(*re->channel);
   ASSERT_GE(resent.size(), 3u);
   EXPECT_TRUE(wire::IsCongMap(resent[0].header));
