@@ -322,15 +322,25 @@ Path* Engine::NodePathOf(Connection& c) {
   return it == c.paths.end() ? nullptr : it->second.get();
 }
 
-void Engine::RelayToNode(Path& from, const wire::Header& h, Payload&& payload) {
-  Connection& c = from.conn;
+namespace {
+// A data message passed on between a relayer, the owner and the node: ports,
+// length and payload of `h`; a new sequence, no flags.
+MessagePtr RelayedCopy(const wire::Header& h, Payload&& payload, const RdsAddr& saddr,
+                       const RdsAddr& daddr) {
   auto m = NewMessage();
   m->header.sport = h.sport;
   m->header.dport = h.dport;
   m->header.len = h.len;
   m->payload = std::move(payload);
-  m->saddr = c.key.laddr;
-  m->daddr = c.key.faddr;
+  m->saddr = saddr;
+  m->daddr = daddr;
+  return m;
+}
+}  // namespace
+
+void Engine::RelayToNode(Path& from, const wire::Header& h, Payload&& payload) {
+  Connection& c = from.conn;
+  MessagePtr m = RelayedCopy(h, std::move(payload), c.key.laddr, c.key.faddr);
   m->relay_pid = from.peer_pid;
   m->relay_seq = h.sequence;
   stats::Inc(stats::kShimRelayedToNode);
@@ -358,13 +368,7 @@ void Engine::RelayToNode(Path& from, const wire::Header& h, Payload&& payload) {
 void Engine::RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload) {
   Path& rp = GetPath(c, pid, /*connect=*/false);
   rp.relay_peer = true;
-  auto m = NewMessage();
-  m->header.sport = h.sport;
-  m->header.dport = h.dport;
-  m->header.len = h.len;
-  m->payload = std::move(payload);
-  m->saddr = c.key.faddr;
-  m->daddr = c.key.laddr;
+  MessagePtr m = RelayedCopy(h, std::move(payload), c.key.faddr, c.key.laddr);
   stats::Inc(stats::kShimRelayedFromNode);
   PathSend(rp, std::move(m));
 }

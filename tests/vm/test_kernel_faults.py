@@ -16,34 +16,19 @@ Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulat
 
 import os
 import re
-import subprocess
 
-from vmlib import HERE, build_dir, command, fail
+from vmlib import HERE, Checks, run_guests
 
 COUNT = 20000
 
 
 def main():
-    build = build_dir()
-    script = os.path.join(HERE, "kernel_faults.sh")
-    cmds = {"vm1": f"{script} {build} shim 10.77.0.1 10.77.0.2",
-            "vm2": f"{script} {build} kernel 10.77.0.2 10.77.0.1"}
-    cmd = command("-c", "1", "-t", "300") + ["--peer", cmds["vm2"], "--", cmds["vm1"]]
-    print("+ " + " ".join(cmd), flush=True)
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=360)
-    except subprocess.TimeoutExpired:
-        fail("the guests did not finish within 360 s")
-    print(r.stdout + r.stderr, flush=True)
-    results = dict(re.findall(r"RESULT (\S+) ?(.*)", r.stdout))
-    bad = []
+    out = run_guests(os.path.join(HERE, "kernel_faults.sh"), "vm1", 300)
+    results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
+    checks = Checks("kernel faults")
+    check = checks.check
 
-    def check(ok, what):
-        print(("ok   " if ok else "FAIL ") + what, flush=True)
-        if not ok:
-            bad.append(what)
-
-    resets = re.findall(r"reset \d: (\d+) connections destroyed", r.stdout)
+    resets = re.findall(r"reset \d: (\d+) connections destroyed", out)
     check(len(resets) == 3 and all(int(n) >= 1 for n in resets),
           f"the TCP connections were destroyed mid-stream: {resets}")
     whole = f"n={COUNT} dups=0 gaps=0 order=ok"
@@ -78,9 +63,7 @@ def main():
           f"{sent_old} sent")
     check(results.get("restart-new", "").strip() == "n=50 dups=0 gaps=0 order=ok",
           f"what the node sent after the restart arrived exactly once: {results.get('restart-new')}")
-    if bad:
-        fail("\n  ".join(["kernel faults:"] + bad))
-    print("every check ok", flush=True)
+    checks.done()
 
 
 if __name__ == "__main__":

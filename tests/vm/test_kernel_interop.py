@@ -15,37 +15,21 @@ Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulat
 
 import os
 import re
-import subprocess
 
-from vmlib import HERE, build_dir, command, fail
+from vmlib import HERE, Checks, run_guests
 
 
 def main():
-    build = build_dir()
     script = os.path.join(HERE, "kernel_interop.sh")
-    bad = []
+    checks = Checks("kernel interop")
     for shim_vm in ("vm1", "vm2"):
-        roles = {"vm1": ("10.77.0.1", "10.77.0.2"), "vm2": ("10.77.0.2", "10.77.0.1")}
-        cmds = {vm: f"{script} {build} {'shim' if vm == shim_vm else 'kernel'} {me} {peer}"
-                for vm, (me, peer) in roles.items()}
-        cmd = command("-c", "1", "-t", "280") + ["--peer", cmds["vm2"], "--", cmds["vm1"]]
-        print("+ " + " ".join(cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=320)
-        except subprocess.TimeoutExpired:
-            fail(f"the guests (shim on {shim_vm}) did not finish within 320 s")
-        print(r.stdout + r.stderr, flush=True)
+        out = run_guests(script, shim_vm, 280)
         order = "smaller" if shim_vm == "vm1" else "larger"
-        results = dict(re.findall(r"RESULT (\S+) (\S*)", r.stdout))
+        results = dict(re.findall(r"RESULT (\S+) (\S*)", out))
         for phase in ("kernel-server", "shim-server", "shim-pings-node", "node-pings-shim"):
             verdict = results.get(phase)
-            line = f"shim on the {order} address, {phase}: {verdict}"
-            print(line, flush=True)
-            if verdict != "ok":
-                bad.append(line)
-    if bad:
-        fail("\n  ".join(["kernel interop:"] + bad))
-    print("every run ok", flush=True)
+            checks.check(verdict == "ok", f"shim on the {order} address, {phase}: {verdict}")
+    checks.done()
 
 
 if __name__ == "__main__":

@@ -13,40 +13,26 @@ Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~3 min (emulat
 
 import os
 import re
-import subprocess
 
-from vmlib import HERE, build_dir, command, fail
+from vmlib import HERE, Checks, run_guests
 
 COUNT = 6000
 
 
 def main():
-    build = build_dir()
     script = os.path.join(HERE, "kernel_relay.sh")
-    bad = []
+    checks = Checks("kernel relay")
     for shim_vm in ("vm1", "vm2"):
-        roles = {"vm1": ("10.77.0.1", "10.77.0.2"), "vm2": ("10.77.0.2", "10.77.0.1")}
-        cmds = {vm: f"{script} {build} {'shim' if vm == shim_vm else 'kernel'} {me} {peer}"
-                for vm, (me, peer) in roles.items()}
-        cmd = command("-c", "1", "-t", "280") + ["--peer", cmds["vm2"], "--", cmds["vm1"]]
-        print("+ " + " ".join(cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=320)
-        except subprocess.TimeoutExpired:
-            fail(f"the guests (shim on {shim_vm}) did not finish within 320 s")
-        print(r.stdout + r.stderr, flush=True)
+        out = run_guests(script, shim_vm, 280)
         order = "smaller" if shim_vm == "vm1" else "larger"
         sources = {port: dict(re.findall(r"(\w+)=(\w+)", rest))
-                   for port, rest in re.findall(r"RESULT source (\d+) (.*)", r.stdout)}
-        senders = dict(re.findall(r"RESULT sender (\w) (\d+)", r.stdout))
+                   for port, rest in re.findall(r"RESULT source (\d+) (.*)", out)}
+        senders = dict(re.findall(r"RESULT sender (\w) (\d+)", out))
 
         def check(ok, what):
-            line = f"shim on the {order} address: {what}"
-            print(("ok   " if ok else "FAIL ") + line, flush=True)
-            if not ok:
-                bad.append(line)
+            checks.check(ok, f"shim on the {order} address: {what}")
 
-        check("RESULT killed A" in r.stdout, "the owner (A) was killed mid-stream")
+        check("RESULT killed A" in out, "the owner (A) was killed mid-stream")
         for name, port in (("B", "5002"), ("C", "5003")):
             got = sources.get(port, {})
             check(senders.get(name) == "1", f"{name} finished sending")
@@ -56,9 +42,7 @@ def main():
         a = sources.get("5001", {})
         check(a.get("dups") == "0" and a.get("gaps") == "0" and a.get("order") == "ok",
               f"what arrived of A's is a prefix of what it sent: {a}")
-    if bad:
-        fail("\n  ".join(["kernel relay:"] + bad))
-    print("every run ok", flush=True)
+    checks.done()
 
 
 if __name__ == "__main__":

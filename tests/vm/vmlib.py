@@ -4,6 +4,7 @@ shares the checkout and the build with the guests."""
 
 import os
 import shutil
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,3 +48,39 @@ def command(*opts):
     for d in shares:
         cmd += ["-w", d]
     return cmd
+
+
+ADDRS = {"vm1": ("10.77.0.1", "10.77.0.2"), "vm2": ("10.77.0.2", "10.77.0.1")}
+
+
+def run_guests(script, shim_vm, guest_seconds):
+    """Boots the two guests, each running `script BUILD ROLE MY_ADDR PEER_ADDR` — the shim on
+    `shim_vm`, the kernel node on the other — and returns their output (printed too)."""
+    build = build_dir()
+    cmds = {vm: f"{script} {build} {'shim' if vm == shim_vm else 'kernel'} {me} {peer}"
+            for vm, (me, peer) in ADDRS.items()}
+    cmd = command("-c", "1", "-t", str(guest_seconds)) + ["--peer", cmds["vm2"], "--", cmds["vm1"]]
+    print("+ " + " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=guest_seconds + 60)
+    except subprocess.TimeoutExpired:
+        fail(f"the guests (shim on {shim_vm}) did not finish within {guest_seconds + 60} s")
+    print(r.stdout + r.stderr, flush=True)
+    return r.stdout
+
+
+class Checks:
+    """Named checks printed as they go; `done()` fails the test if any did not hold."""
+
+    def __init__(self, what):
+        self.what, self.bad = what, []
+
+    def check(self, ok, line):
+        print(("ok   " if ok else "FAIL ") + line, flush=True)
+        if not ok:
+            self.bad.append(line)
+
+    def done(self):
+        if self.bad:
+            fail("\n  ".join([self.what + ":"] + self.bad))
+        print("every check ok", flush=True)
