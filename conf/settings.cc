@@ -83,6 +83,11 @@ const std::vector<Spec>& Schema() {
       {"TCP_CONGESTION", &Settings::tcp_congestion, [] { return std::string(); }, {0, 0},
        "congestion control of TCP links to other hosts (TCP_CONGESTION, e.g. cubic or bbr); "
        "empty: the host's default (net.ipv4.tcp_congestion_control), as kernel rds_tcp uses"},
+      {"KERNEL_PATHS", &Settings::kernel_paths, [] { return std::string("0"); }, {0, 8},
+       "TCP connections to each kernel RDS node (NPATHS): 1, 8, or 0 for automatic — 8 with a "
+       "node that numbers its connections' paths by source port (SPORT_IDX, Linux 7.0+), 1 with "
+       "older ones, which number them by arrival and after a reconnect may pair one path's "
+       "retransmissions with another's sequence numbers (a message lost or duplicated)"},
       {"EXIT_FLUSH_MS", &Settings::exit_flush_ms, [] { return std::string("2000"); },
        {0, 600000},
        "at exit(), wait up to this long for the messages sendmsg accepted to be acknowledged "
@@ -202,6 +207,14 @@ Settings Parse(const std::function<std::optional<std::string>(const std::string&
     if (known || (!bare.empty() && bare[0] == '_')) continue;
     problems->push_back(absl::StrFormat("unknown setting %s (did you mean %s%s?)", name,
                                         kEnvPrefix, best ? best->name : ""));
+  }
+  if (s.kernel_paths != 0 && s.kernel_paths != 1 && s.kernel_paths != 8) {
+    // A kernel hashes ports modulo 8 before it learns the number: any other
+    // count can choose a path that is never connected (kernel-rds.md §E.5).
+    problems->push_back(absl::StrFormat(
+        "RDS_PRELOAD_KERNEL_PATHS=%d: only 0 (automatic), 1 or 8; using automatic",
+        s.kernel_paths));
+    s.kernel_paths = 0;
   }
   if (s.reconnect_max_delay_ms < s.reconnect_min_delay_ms) {
     problems->push_back("RDS_PRELOAD_RECONNECT_MAX_DELAY_MS is below the minimum; using the minimum");

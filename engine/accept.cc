@@ -23,6 +23,7 @@ namespace rds {
 // Accepting links: the hello a peer's link opens with says what it is for.
 
 void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns) {
+  if (tcp_ns && AdoptNodePathAtAccept(link, tcp_ns)) return;
   incoming_.insert(link);
   std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
@@ -40,6 +41,30 @@ void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tc
     if (tcp_ns && ends) OnPoke(tcp_ns, *ends);
   };
   link->SetCallbacks(std::move(cb));
+}
+
+bool Engine::AdoptNodePathAtAccept(const std::shared_ptr<Link>& link,
+                                   const std::shared_ptr<NetNs>& tcp_ns) {
+  std::optional<Link::Endpoints> e = link->endpoints();
+  if (!e) return false;
+  auto it = connections_.find(ConnKey{tcp_ns->key(), e->local.addr, e->peer.addr});
+  if (it == connections_.end()) return false;
+  Connection& c = *it->second;
+  // A node we use several paths with opens them without a first message of
+  // its own on each (its congestion map goes out on one of them): it is
+  // known by its address. With one path, its map says what it is, as before.
+  // (A node with the larger address connects only to poke: not a path.)
+  if (!c.kernel_peer || c.relaying() || c.node_npaths <= 1 || !(e->peer.addr < e->local.addr)) {
+    return false;
+  }
+  const int index = NodePathForAccepted(c, e->peer.port, /*map_first=*/false);
+  if (index < 0) {
+    log::Info("%s: every path to the node is up; closing its new connection", link->Describe());
+    link->Close();
+    return true;
+  }
+  AdoptKernelLink(c, link, index);
+  return true;
 }
 
 void Engine::Reply(const std::shared_ptr<Link>& link, control::HelloResult result,
@@ -63,16 +88,22 @@ void Engine::OnIncomingHello(const std::shared_ptr<Link>& link,
                              const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h,
                              Payload&& payload) {
   if (!incoming_.contains(link)) return;  // already handled; more bytes before our reply
-  if (tcp_ns && LooksLikeKernelNode(h)) {
-    // A kernel node connected (it has the smaller address).
-    std::optional<Link::Endpoints> e = link->endpoints();
+  std::optional<Link::Endpoints> e = tcp_ns ? link->endpoints() : std::nullopt;
+  // A kernel node connected (it has the smaller address): its congestion map
+  // first, or — on a further path of a node we know — anything but a hello.
+  // What it sent is not dropped: its TCP counts it delivered already.
+  if (e && (LooksLikeKernelNode(h) ||
+            (!control::IsHello(h) && IsKnownNode(tcp_ns, e->local.addr, e->peer.addr)))) {
     incoming_.erase(link);
-    if (!e) {
-      link->Close();
+    Connection& c = GetConnection(tcp_ns, e->local.addr, e->peer.addr);
+    const int index = NodePathForAccepted(c, e->peer.port, LooksLikeKernelNode(h));
+    if (index < 0) {
+      link->Close();  // every path is up: the kernel resets such a connection
       return;
     }
-    Connection& c = GetConnection(tcp_ns, e->local.addr, e->peer.addr);
-    AdoptKernelLink(c, link, std::move(h), std::move(payload));
+    if (Path* p = AdoptKernelLink(c, link, index)) {
+      OnPathMessage(*p, std::move(h), std::move(payload));
+    }
     return;
   }
   absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);

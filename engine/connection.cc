@@ -68,6 +68,7 @@ Path& Engine::GetPath(Connection& c, uint32_t pid, bool connect) {
 void Engine::ConnectPath(Path& p) {
   Connection& c = p.conn;
   if (IsKernelPath(p) && NodePathHeld(c)) return;  // MaybeEndTakeoverHold connects
+  if (IsKernelPath(p) && !MayConnectNodePath(p)) return;  // ConnectNodePaths or the node does
   if (fault::Enabled()) {
     if (fault::FailConnect()) {
       stats::Inc(stats::kShimConnFailed);
@@ -88,11 +89,13 @@ void Engine::ConnectPath(Path& p) {
   }
   // A relay link (engine/kernel_relay.cc) goes to the engine of this host
   // that owns the node's connection, or from it to a relayer.
-  const bool to_owner = p.peer_pid == kKernelNodePid && c.relaying();
+  const bool to_owner = p.node_index >= 0 && c.relaying();
   const uint32_t target = IsKernelPath(p) ? 0 : (to_owner ? c.node_owner : p.peer_pid);
+  LinkTarget to{c.ns, c.key.laddr, c.key.faddr, target};
+  if (IsKernelPath(p)) to.node_path = p.node_index;
   absl::StatusOr<std::shared_ptr<Link>> opened =
       transports_.For(c.local || to_owner || p.relay_peer)
-          .Connect(LinkTarget{c.ns, c.key.laddr, c.key.faddr, target},
+          .Connect(to,
                    absl::StrFormat("%s->%s pid %d", c.key.laddr.ToString(),
                                    c.key.faddr.ToString(), target));
   if (!opened.ok()) {
@@ -130,7 +133,7 @@ void Engine::ConnectPath(Path& p) {
     h.ack = pp->rx_delivered;
     if (pp->relay_peer) {
       h.relay = control::Relay::kFromOwner;
-    } else if (pp->peer_pid == kKernelNodePid) {
+    } else if (pp->node_index >= 0) {
       h.relay = control::Relay::kToOwner;
       h.target_pid = pp->conn.node_owner;
     }
@@ -150,9 +153,8 @@ void Engine::ConnectPath(Path& p) {
         moved.push_back(std::move(m));
       }
       pp->backlog.clear();
-      AdoptKernelLink(c, l, std::move(h), std::move(payload));
-      Path& node = GetPath(c, kKernelNodePid, false);
-      for (MessagePtr& m : moved) PathSend(node, std::move(m));
+      if (Path* node = AdoptKernelLink(c, l, 0)) OnPathMessage(*node, std::move(h), std::move(payload));
+      for (MessagePtr& m : moved) SendToNode(c, std::move(m));
       return;
     }
     absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
@@ -175,7 +177,7 @@ void Engine::OnConnectFailed(Path& p, const std::shared_ptr<Link>& link, const a
   if (p.connecting != link) return;
   p.connecting.reset();
   log::Debug("connect attempt to %s failed: %s", p.conn.key.faddr.ToString(), why.ToString());
-  if (absl::IsNotFound(why) && p.peer_pid == kKernelNodePid && p.conn.relaying()) {
+  if (absl::IsNotFound(why) && p.node_index >= 0 && p.conn.relaying()) {
     OnRelayOwnerGone(p);
     return;
   }
@@ -216,7 +218,7 @@ void Engine::OnLinkReply(Path& p, const std::shared_ptr<Link>& link, const contr
     case control::HelloResult::kNoEngine:
     case control::HelloResult::kNotNodeOwner:
       link->Close();
-      if (p.peer_pid == kKernelNodePid && p.conn.relaying()) {
+      if (p.node_index >= 0 && p.conn.relaying()) {
         OnRelayOwnerGone(p);  // the owner went, or gave the connection up
         return;
       }
@@ -304,10 +306,16 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
     if (m->header.flags & wire::kFlagRetransmitted) stats::Inc(stats::kShimRetransmitted);
     Transmit(p, std::move(m));
   }
-  // A kernel node: our NPATHS (1: one connection per address pair) and
-  // generation on every new connection (kernel-rds.md §E.4, §E.7), after
-  // what is retransmitted (its sequence numbers are older) and before new data.
-  if (IsKernelPath(p)) SendHandshake(p, /*pong=*/false);
+  // A kernel node: our NPATHS and generation on every new first path
+  // (kernel-rds.md §E.4, §E.7), after what is retransmitted (its sequence
+  // numbers are older) and before new data; then the other paths.
+  if (IsKernelPath(p)) {
+    if (p.node_index == 0) {
+      p.conn.pings_unanswered.clear();  // asked on a connection that is gone
+      SendHandshake(p, /*pong=*/false);
+    }
+    ConnectNodePaths(p.conn);
+  }
   ResolvePending(p.conn);
 }
 
@@ -380,9 +388,7 @@ void Engine::DropPath(Path& p, const char* why) {
   c.paths.erase(p.peer_pid);
   if (relay_peer) {
     // The relayer's ports are gone: the node hears it from the host's map.
-    if (Path* node = NodePathOf(c); node != nullptr && IsKernelPath(*node)) {
-      SendCongestionMap(*node);
-    }
+    SendNodeCongestionMap(c);
   }
 }
 
@@ -431,6 +437,13 @@ void Engine::SendCongestionUpdates(std::shared_ptr<NetNs> ns, RdsAddr addr) {
   loop_.Post([this, ns = std::move(ns), addr] {
     for (auto& [key, c] : connections_) {
       if (key.ns != ns->key() || key.laddr != addr) continue;
+      if (c->kernel_peer && !c->relaying()) {
+        SendNodeCongestionMap(*c);  // once for all the node's paths
+        for (auto& [pid, p] : c->paths) {
+          if (p->relay_peer) SendCongestionMap(*p);
+        }
+        continue;
+      }
       for (auto& [pid, p] : c->paths) SendCongestionMap(*p);
     }
   });

@@ -11,6 +11,7 @@
 #ifndef RDS_ENGINE_CONNECTION_H_
 #define RDS_ENGINE_CONNECTION_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -40,14 +41,29 @@ struct ConnKey {
   }
 };
 
+// A kernel RDS node's paths (engine/kernel_peer.cc) are keyed by pseudo-pids
+// no process has: path i (one TCP connection; a node has up to 8,
+// RDS_MPATH_WORKERS) is NodePathKey(i). At a relayer, NodePathKey(0) is its
+// link to the engine that owns the node's connections.
+inline constexpr uint32_t kKernelNodePid = 0xfffffffeu;
+inline constexpr int kNodePathsMax = 8;
+constexpr uint32_t NodePathKey(int index) { return kKernelNodePid - static_cast<uint32_t>(index); }
+constexpr int NodePathIndex(uint32_t key) {
+  return key <= kKernelNodePid && key > kKernelNodePid - kNodePathsMax
+             ? static_cast<int>(kKernelNodePid - key)
+             : -1;
+}
+
 class Path {
  public:
-  Path(Connection& conn, uint32_t peer_pid) : conn(conn), peer_pid(peer_pid) {}
+  Path(Connection& conn, uint32_t peer_pid)
+      : conn(conn), peer_pid(peer_pid), node_index(NodePathIndex(peer_pid)) {}
 
   bool up() const { return link != nullptr; }
 
   Connection& conn;
   const uint32_t peer_pid;
+  const int node_index;  // a kernel node's path: its index; else -1
   uint32_t peer_gen = 0;
   std::shared_ptr<Link> link;        // established (hello exchanged)
   std::shared_ptr<Link> connecting;  // our outgoing attempt, until its reply
@@ -109,9 +125,19 @@ class Connection {
   const ConnKey key;
   const std::shared_ptr<NetNs> ns;
   const bool local;  // faddr is an address of this host (namespace)
-  // faddr is a kernel RDS node (engine/kernel_peer.cc): one path, kKernelNodePid,
-  // carries every port, and the node acknowledges by TCP only.
+  // faddr is a kernel RDS node (engine/kernel_peer.cc): its paths
+  // (NodePathKey) carry every port, each port's messages on one path, and the
+  // node acknowledges by TCP only.
   bool kernel_peer = false;
+  // How many paths the node and we use (0: not agreed yet — the handshake
+  // says), the NPATHS of our last handshake message and of the ones not
+  // answered yet, and whether the node numbers its own connections' paths in
+  // their TCP source ports (it sent SPORT_IDX: Linux 7.0+).
+  int node_npaths = 0;
+  int npaths_advertised = 0;
+  std::deque<int> pings_unanswered;
+  bool node_sport_idx = false;
+  EventLoop::TimerId handshake_timer = 0;
   // The node connection is host-wide (engine/kernel_node.h): with the record
   // owned, the node's path is our TCP connection to it; otherwise it is a
   // same-host link to `node_owner`, the engine that owns it (a relay).
@@ -123,9 +149,11 @@ class Connection {
   // goes again under its own sequence, flagged RETRANSMITTED, and the node
   // path stays closed until all have come (in sequence order) or a deadline.
   struct Takeover {
-    uint64_t acked = 0;  // node sequences up to this are delivered
-    absl::flat_hash_map<std::pair<uint32_t, uint64_t>, uint64_t> slots;  // (pid, relay seq)
-    absl::flat_hash_set<uint64_t> waiting;
+    // A message's place with the node: (path index, sequence on that path).
+    using NodeSeq = std::pair<int, uint64_t>;
+    std::array<uint64_t, kNodePathsMax> acked{};  // per path: sequences up to this are delivered
+    absl::flat_hash_map<std::pair<uint32_t, uint64_t>, NodeSeq> slots;  // (pid, relay seq)
+    absl::flat_hash_set<NodeSeq> waiting;
     bool holding = false;
     EventLoop::TimerId timer = 0;
   };

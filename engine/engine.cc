@@ -238,7 +238,8 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
         pi.ns = key.ns;
         pi.laddr = key.laddr;
         pi.faddr = key.faddr;
-        pi.kernel_node = pid == kKernelNodePid;
+        pi.kernel_node = p->node_index >= 0;
+        pi.node_path = std::max(p->node_index, 0);
         pi.peer_pid = pi.kernel_node ? 0 : pid;
         pi.node_owner = pi.kernel_node ? c->node_owner : 0;
         pi.relay_peer = p->relay_peer;

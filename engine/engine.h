@@ -59,6 +59,7 @@ struct PathInfo {
   bool in_process = false;  // this process's own loopback deliveries (peer_pid is ours)
   bool kernel_node = false;  // the peer is a kernel RDS node (peer_pid 0)
   uint32_t node_owner = 0;   // kernel_node: relayed through this engine of the host (0: ours)
+  int node_path = 0;         // kernel_node: the path's index (one TCP connection each)
   bool relay_peer = false;   // an engine of this host relaying a kernel node's traffic through us
   bool up = false;
   bool connecting = false;
@@ -170,8 +171,6 @@ class Engine {
   // answers: its messages wait and are routed again every kParkedRetry.
   static constexpr uint32_t kParkedPid = 0xffffffffu;
   static constexpr absl::Duration kParkedRetry = absl::Milliseconds(5);
-  // The path to a kernel RDS node (its "engine": there is one per address pair).
-  static constexpr uint32_t kKernelNodePid = 0xfffffffeu;
   // Attempts to reach a host that poked us or a node we knew (OnPoke,
   // ReachKnownNodes): a node resets a connection that comes while its own is
   // still closing, and pokes only once.
@@ -221,11 +220,32 @@ class Engine {
   // shim's (LooksLikeKernelNode) makes `link` the node's path of `c`.
   static bool LooksLikeKernelNode(const wire::Header& h);
   static bool IsKernelPath(const Path& p);
-  void AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::Header&& first,
-                       Payload&& payload);
-  // A handshake ping (or, `pong`, its answer): NPATHS 1 and our generation.
+  // Makes `link` the node's path `index`; null if it was refused (closed).
+  // The caller passes the link's first message on, if it read one.
+  Path* AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index);
+  // A handshake ping (or, `pong`, its answer): our NPATHS (NpathsToAdvertise),
+  // generation and SPORT_IDX. Its answer agrees the number of paths.
   void SendHandshake(Path& p, bool pong);
   void OnKernelHandshake(Path& p, const wire::Header& h);
+  // Multipath with a node (kernel-rds.md §C.8, §C.9): the path that carries
+  // messages from port `sport` (its key; 0: it waits for the handshake).
+  static uint32_t NodePathFor(const Connection& c, uint16_t sport);
+  static int NpathsToAdvertise(const Connection& c);
+  // The number of paths is agreed (or changed): waiting messages go, and the
+  // smaller address connects the others.
+  void SetNodePaths(Connection& c, int n);
+  // The path a connection the node opened is (-1: none free; it is closed,
+  // as the kernel resets it). `map_first`: it opened with the node's
+  // congestion map.
+  int NodePathForAccepted(Connection& c, uint16_t peer_port, bool map_first);
+  // The connection (laddr, faddr) of `ns` leads to a kernel node, as this
+  // engine found or a record of the host says.
+  bool IsKnownNode(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr, const RdsAddr& faddr);
+  // Whether this engine may open node path `p` now (ConnectPath): path 0
+  // always; the others from the smaller address, after path 0, one at a time.
+  static bool MayConnectNodePath(const Path& p);
+  void ConnectNodePaths(Connection& c);
+  static constexpr absl::Duration kHandshakeWait = absl::Seconds(2);
   // A node's path went down: one reset right after another says that the
   // node keeps its one connection for this address pair with someone else.
   void NoteKernelPathDown(Path& p);
@@ -246,7 +266,8 @@ class Engine {
   void StartTakeover(Connection& c, uint32_t previous_owner);
   enum class TakeoverResult { kNew, kDelivered, kResend };
   // What becomes of relayer `pid`'s message `relay_seq` sent through the old owner.
-  TakeoverResult TakeoverFate(Connection& c, uint32_t pid, uint64_t relay_seq, uint64_t* node_seq);
+  TakeoverResult TakeoverFate(Connection& c, uint32_t pid, uint64_t relay_seq,
+                              Connection::Takeover::NodeSeq* at);
   void MaybeEndTakeoverHold(Connection& c);
   bool NodePathHeld(const Connection& c) const;
   // The node path's links go (its unacknowledged messages back to the backlog).
@@ -257,7 +278,13 @@ class Engine {
   uint32_t NodeGeneration(const Connection& c) const;
   // A relayer's link to the owner failed: a new owner, or ourselves.
   void OnRelayOwnerGone(Path& p);
+  // The node's path 0 (at a relayer: the link to the owner), if any.
   Path* NodePathOf(Connection& c);
+  // A message for the node of `c` (the owner's or a lone engine's, or
+  // relayed): on its port's path, or waiting until the paths are agreed.
+  void SendToNode(Connection& c, MessagePtr m);
+  // Our congestion map to the node, once (on its first path that is up).
+  void SendNodeCongestionMap(Connection& c);
   void RelayToNode(Path& from, const wire::Header& h, Payload&& payload);
   void RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload);
   // At the owner: relayer `rp` says the node's message `seq` found its
@@ -287,6 +314,10 @@ class Engine {
   // it is for. `tcp_ns`: the namespace a link from another host was
   // accepted in; null for same-host links.
   void WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns);
+  // A connection from a kernel node whose several paths we use is one of
+  // them as soon as it is accepted (true: taken or refused).
+  bool AdoptNodePathAtAccept(const std::shared_ptr<Link>& link,
+                             const std::shared_ptr<NetNs>& tcp_ns);
   void OnIncomingHello(const std::shared_ptr<Link>& link,
                        const std::shared_ptr<NetNs>& tcp_ns, wire::Header&& h, Payload&& payload);
   void AcceptLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns,

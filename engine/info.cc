@@ -104,8 +104,9 @@ InfoItems Connections(const std::vector<PathInfo>& paths, bool v6) {
   InfoItems items{v6 ? sizeof(rds6_info_connection) : sizeof(rds_info_connection), {}};
   for (PathInfo p : paths) {
     if (!v6 && !BothV4(p.laddr, p.faddr)) continue;
-    // A kernel node's one connection is the owner's row (DESIGN.md §3.5).
-    if (p.relay_peer || (p.kernel_node && p.node_owner != 0)) continue;
+    // A kernel node's connection is the owner's row (DESIGN.md §3.5), and
+    // shows its first path only, as the kernel's (rds_walk_conn_path_info).
+    if (p.relay_peer || (p.kernel_node && (p.node_owner != 0 || p.node_path != 0))) continue;
     if (p.same_host) p.next_rx_seq = p.next_tx_seq;
     uint8_t flags = (p.up ? RDS_INFO_CONNECTION_FLAG_CONNECTED : 0) |
                     (p.connecting ? RDS_INFO_CONNECTION_FLAG_CONNECTING : 0) |
@@ -465,6 +466,7 @@ std::string EngineDumpJson() {
     // A kernel node's connection relayed through another engine of this host
     // (its pid), or a relayer's path to us.
     j.Field("node_owner", p.node_owner);
+    j.Field("node_path", p.node_path);  // kernel_node: which of its paths (TCP connections)
     j.Field("relay_peer", p.relay_peer);
     j.Field("transport", p.in_process                          ? "loop"
                          : p.relay_peer || p.node_owner != 0 ? "relay"

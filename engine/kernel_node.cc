@@ -21,7 +21,7 @@
 namespace rds {
 namespace {
 
-constexpr uint32_t kMagic = 0x4b4e4f31;  // "KNO1"
+constexpr uint32_t kMagic = 0x4b4e4f32;  // "KNO2": per-path state
 constexpr off_t kOwnerByte = 0;
 constexpr off_t kMemberByte = 1;
 
@@ -149,27 +149,33 @@ void NodeRecord::NewIncarnation(uint32_t gen) {
   s.magic.store(0, std::memory_order_release);
   s.gen.store(gen, std::memory_order_relaxed);
   s.node_gen.store(0, std::memory_order_relaxed);
-  s.next_tx_seq.store(1, std::memory_order_relaxed);
-  s.next_rx_seq.store(0, std::memory_order_relaxed);
-  s.acked_seq.store(0, std::memory_order_relaxed);
-  for (Slot& slot : s.slots) {
-    if (slot.node_seq.load(std::memory_order_relaxed) != 0) {
-      slot.node_seq.store(0, std::memory_order_relaxed);
+  s.npaths.store(0, std::memory_order_relaxed);
+  s.node_sport_idx.store(0, std::memory_order_relaxed);
+  for (PathState& p : s.paths) {
+    // A path never used has untouched (zero) pages: it is left so.
+    if (p.next_tx_seq.load(std::memory_order_relaxed) == 0) continue;
+    p.next_tx_seq.store(1, std::memory_order_relaxed);
+    p.next_rx_seq.store(0, std::memory_order_relaxed);
+    p.acked_seq.store(0, std::memory_order_relaxed);
+    for (Slot& slot : p.slots) {
+      if (slot.node_seq.load(std::memory_order_relaxed) != 0) {
+        slot.node_seq.store(0, std::memory_order_relaxed);
+      }
     }
   }
   s.magic.store(kMagic, std::memory_order_release);
 }
 
-void NodeRecord::NoteSlot(uint64_t seq, uint32_t pid, uint64_t relay_seq) {
-  Slot& slot = state_->slots[seq % kSlots];
+void NodeRecord::NoteSlot(int index, uint64_t seq, uint32_t pid, uint64_t relay_seq) {
+  Slot& slot = state_->paths[index].slots[seq % kSlots];
   slot.node_seq.store(0, std::memory_order_relaxed);
   slot.pid.store(pid, std::memory_order_relaxed);
   slot.relay_seq.store(relay_seq, std::memory_order_relaxed);
   slot.node_seq.store(seq, std::memory_order_release);
 }
 
-std::optional<std::pair<uint32_t, uint64_t>> NodeRecord::SlotOf(uint64_t seq) const {
-  const Slot& slot = state_->slots[seq % kSlots];
+std::optional<std::pair<uint32_t, uint64_t>> NodeRecord::SlotOf(int index, uint64_t seq) const {
+  const Slot& slot = state_->paths[index].slots[seq % kSlots];
   if (slot.node_seq.load(std::memory_order_acquire) != seq) return std::nullopt;
   return std::make_pair(slot.pid.load(std::memory_order_relaxed),
                         slot.relay_seq.load(std::memory_order_relaxed));

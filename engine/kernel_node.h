@@ -12,7 +12,8 @@
 //            users continues the connection's incarnation, one that finds
 //            none starts a new one;
 //   content  the incarnation (our GEN_NUM toward the node, the node's last
-//            GEN_NUM, both sequence spaces, what the node has acknowledged)
+//            GEN_NUM, how many paths — TCP connections — it has and, per
+//            path, both sequence spaces and what the node has acknowledged)
 //            and, per node sequence not yet acknowledged, which relayer's
 //            message took it — what a new owner needs after a kill -9 to
 //            send every survivor's message exactly once.
@@ -50,15 +51,21 @@ class NodeRecord {
     uint32_t pad;
   };
   static constexpr uint32_t kSlots = 65536;
+  static constexpr int kPaths = 8;  // RDS_MPATH_WORKERS
+  struct PathState {
+    std::atomic<uint64_t> next_tx_seq;
+    std::atomic<uint64_t> next_rx_seq;
+    std::atomic<uint64_t> acked_seq;   // every node sequence up to this is acknowledged by TCP
+    Slot slots[kSlots];                // by node sequence modulo kSlots
+  };
   struct State {
     std::atomic<uint32_t> magic;
     std::atomic<uint32_t> owner_pid;   // the last owner (a new one knows whose messages died)
     std::atomic<uint32_t> gen;         // our GEN_NUM toward the node in this incarnation
     std::atomic<uint32_t> node_gen;    // the node's GEN_NUM as last seen (0: not yet)
-    std::atomic<uint64_t> next_tx_seq;
-    std::atomic<uint64_t> next_rx_seq;
-    std::atomic<uint64_t> acked_seq;   // every node sequence up to this is acknowledged by TCP
-    Slot slots[kSlots];                // by node sequence modulo kSlots
+    std::atomic<uint32_t> npaths;      // paths in use with the node (0: not agreed yet)
+    std::atomic<uint32_t> node_sport_idx;  // the node maps our connections by source port
+    PathState paths[kPaths];           // sparse: a path's pages are touched once it is used
   };
 
   // The record of (laddr, faddr) in namespace folder `dir`: created if
@@ -87,15 +94,17 @@ class NodeRecord {
   void Join();
   // Gives ownership up (the process keeps using the record as a relayer).
   void Release();
-  // A new incarnation: generation `gen`, both sequence spaces from the start,
-  // no slots.
+  // A new incarnation: generation `gen`, every path's sequence spaces from
+  // the start, no slots, the number of paths not agreed.
   void NewIncarnation(uint32_t gen);
 
   State& state() { return *state_; }
-  // Records that relayer `pid`'s message `relay_seq` takes node sequence `seq`.
-  void NoteSlot(uint64_t seq, uint32_t pid, uint64_t relay_seq);
-  // The slot of node sequence `seq`, if still recorded.
-  std::optional<std::pair<uint32_t, uint64_t>> SlotOf(uint64_t seq) const;
+  PathState& path(int index) { return state_->paths[index]; }
+  // Records that relayer `pid`'s message `relay_seq` takes sequence `seq` of
+  // node path `index`.
+  void NoteSlot(int index, uint64_t seq, uint32_t pid, uint64_t relay_seq);
+  // The slot of sequence `seq` of node path `index`, if still recorded.
+  std::optional<std::pair<uint32_t, uint64_t>> SlotOf(int index, uint64_t seq) const;
 
   const std::string& path() const { return path_; }
 

@@ -6,9 +6,11 @@
 // Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
+#include "conf/settings.h"
 #include "engine/cong.h"
 #include "engine/log.h"
 #include "engine/registry.h"
@@ -30,10 +32,12 @@ namespace {
 constexpr absl::Duration kNodeMapWait = absl::Seconds(5);
 // How long after a poke we connect back (OnPoke).
 constexpr absl::Duration kPokeAnswerDelay = absl::Milliseconds(20);
+// With several paths: how long a connection of ours that the node neither
+// reset nor sent anything on waits before it counts as taken.
+constexpr absl::Duration kNodeQuietAccept = absl::Milliseconds(250);
 }  // namespace
 
-void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::Header&& first,
-                             Payload&& payload) {
+Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index) {
   if (!c.kernel_peer) {
     log::Info("%s -> %s is a kernel RDS node (%s)", c.key.laddr.ToString(),
               c.key.faddr.ToString(), link->Describe());
@@ -55,60 +59,225 @@ void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, wire::He
     log::Info("%s: another engine of this host holds the node's connection; closing this one",
               link->Describe());
     link->Close();
-    return;
+    return nullptr;
   }
   if (NodePathHeld(c)) {
     // Survivors are still sending what a dead owner had not confirmed: the
     // node reconnects after the hold (Engine::StartTakeover).
     log::Info("%s: the node connected during a takeover's hold; closing", link->Describe());
     link->Close();
-    return;
+    return nullptr;
   }
   if (!link->ReportTransportAcks()) {
     // Nothing would ever free what is sent to the node: refuse loudly.
     log::Error("%s: a kernel RDS node on a link that cannot report acknowledgements; closing",
                link->Describe());
     link->Close();
-    return;
+    return nullptr;
   }
-  Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);
+  Path& p = GetPath(c, NodePathKey(index), /*connect=*/false);
   if (p.connecting && p.connecting != link) p.connecting->Close();
   p.connecting.reset();
   AttachLink(p, link, p.peer_gen, 0);
-  OnPathMessage(p, std::move(first), std::move(payload));
+  return &p;
+}
+
+namespace {
+// A port's bucket among a node's 8 possible paths: fixed for the port (its
+// messages keep their order) and the same in every engine (a new owner after
+// a takeover puts a port where the old one did).
+int PortBucket(uint16_t port) {
+  return static_cast<int>((uint32_t{port} * 0x9e3779b1u) >> 29);
+}
+}  // namespace
+
+uint32_t Engine::NodePathFor(const Connection& c, uint16_t sport) {
+  if (c.relaying()) return kKernelNodePid;  // the owner chooses
+  const int bucket = PortBucket(sport);
+  if (c.node_npaths > 0) return NodePathKey(bucket % c.node_npaths);
+  // Not agreed yet: path 0 is the port's path whatever the number turns out
+  // to be; any other waits for the handshake (as a 6.12 kernel's blocking
+  // sender does), or the port's first messages could overtake each other.
+  if (bucket == 0 || conf::Get().kernel_paths == 1) return kKernelNodePid;
+  return 0;
+}
+
+int Engine::NpathsToAdvertise(const Connection& c) {
+  const int64_t setting = conf::Get().kernel_paths;
+  if (setting != 0) return static_cast<int>(setting);
+  // Automatic: several paths only with a node that numbers connections'
+  // paths by their source port (SPORT_IDX), so that each of our paths meets
+  // the same one of its after any reconnect. A node that takes them in order
+  // of arrival (6.x: "first free slot") may pair a reconnected path with
+  // another path's sequence numbers, and its duplicate filter then drops new
+  // messages or lets old ones through (DESIGN.md §3.5). Once agreed, kept.
+  if (c.node_npaths > 0) return c.npaths_advertised;
+  return c.node_sport_idx ? kNodePathsMax : 1;
+}
+
+void Engine::SetNodePaths(Connection& c, int n) {
+  if (c.handshake_timer) {
+    loop_.Cancel(c.handshake_timer);
+    c.handshake_timer = 0;
+  }
+  if (n == c.node_npaths) return;
+  if (c.node_npaths > n) {
+    // Only a node that restarted with another setting does this; what its
+    // vanished paths hold waits for them.
+    log::Warn("%s -> %s: the kernel node now uses %d paths instead of %d", c.key.laddr.ToString(),
+              c.key.faddr.ToString(), n, c.node_npaths);
+  } else {
+    log::Info("%s -> %s: %d path%s to the kernel node%s", c.key.laddr.ToString(),
+              c.key.faddr.ToString(), n, n == 1 ? "" : "s",
+              n > 1 ? (c.node_sport_idx ? " (mapped by source port)" : " (mapped in order)") : "");
+  }
+  c.node_npaths = n;
+  if (c.node_record && c.node_record->owned()) {
+    c.node_record->state().npaths.store(static_cast<uint32_t>(n), std::memory_order_relaxed);
+    c.node_record->state().node_sport_idx.store(c.node_sport_idx, std::memory_order_relaxed);
+  }
+  Connection* cp = &c;
+  loop_.Defer([this, cp] { ResolvePending(*cp); });
+  ConnectNodePaths(c);
+}
+
+int Engine::NodePathForAccepted(Connection& c, uint16_t peer_port, bool map_first) {
+  auto free_from = [&c](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      auto it = c.paths.find(NodePathKey(i));
+      if (it == c.paths.end() || !it->second->link) return i;
+    }
+    return -1;
+  };
+  const int n = c.node_npaths;
+  if (n == 1) return 0;  // its one path again: the new connection replaces ours
+  if (n == 0) {
+    // Not agreed yet (a new process): a connection that opens with the
+    // node's congestion map, or while we have no path, is its first path;
+    // another one, with data first, is a further path of a node that still
+    // counts several from our previous incarnation.
+    Path* first = NodePathOf(c);
+    if (map_first || first == nullptr || !first->link) return 0;
+    return free_from(1, kNodePathsMax);
+  }
+  // A 7.0+ node says which path a connection is in its source port.
+  if (c.node_sport_idx) return peer_port % n;
+  // A 6.x node takes paths in order; so do we (rds_tcp_accept_one_path).
+  return free_from(0, n);
+}
+
+bool Engine::MayConnectNodePath(const Path& p) {
+  const Connection& c = p.conn;
+  if (p.node_index == 0) return true;
+  // Only the smaller address connects paths beyond the first, once the
+  // number is agreed (rds_connect_worker) — and one at a time, in order, so
+  // that a node numbering them by arrival (6.x) numbers them as we do.
+  if (!(c.key.laddr < c.key.faddr) || p.node_index >= c.node_npaths) return false;
+  for (int i = 0; i < c.node_npaths; ++i) {
+    auto it = c.paths.find(NodePathKey(i));
+    if (i == 0 && (it == c.paths.end() || !it->second->link)) return false;
+    if (i != p.node_index && it != c.paths.end() && it->second->connecting) return false;
+  }
+  return true;
+}
+
+void Engine::ConnectNodePaths(Connection& c) {
+  if (c.relaying() || !(c.key.laddr < c.key.faddr)) return;
+  for (int i = 1; i < c.node_npaths; ++i) {
+    Path& p = GetPath(c, NodePathKey(i), /*connect=*/false);
+    if (p.link) continue;
+    if (!p.connecting && !p.retry_timer) ConnectPath(p);
+    return;
+  }
 }
 
 void Engine::SendHandshake(Path& p, bool pong) {
+  Connection& c = p.conn;
   auto m = NewMessage();
   m->header.sport = pong ? 0 : wire::kProbePort;
   m->header.dport = pong ? wire::kProbePort : 0;
+  const int npaths = NpathsToAdvertise(c);
   wire::ExtWriter ext(&m->header);
-  ext.Npaths(1);
-  ext.GenNum(NodeGeneration(p.conn));
-  m->saddr = p.conn.key.laddr;
-  m->daddr = p.conn.key.faddr;
+  ext.Npaths(static_cast<uint16_t>(npaths));
+  ext.GenNum(NodeGeneration(c));
+  // Our connections to the node put the path's index in their source port.
+  if (conf::Get().kernel_paths != 1) ext.SportIdx();
+  m->saddr = c.key.laddr;
+  m->daddr = c.key.faddr;
+  c.npaths_advertised = npaths;
+  if (!pong) {
+    c.pings_unanswered.push_back(npaths);
+    if (c.node_npaths == 0 && !c.handshake_timer) {
+      // A node with ping_enable 0 never answers (nor reads our NPATHS): one path.
+      Connection* cp = &c;
+      c.handshake_timer = loop_.After(kHandshakeWait, [this, cp] {
+        cp->handshake_timer = 0;
+        if (cp->node_npaths != 0) return;
+        log::Warn("%s -> %s: the kernel node did not answer our handshake within %lld ms "
+                  "(net.rds.ping_enable 0?); using one path",
+                  cp->key.laddr.ToString(), cp->key.faddr.ToString(),
+                  static_cast<long long>(absl::ToInt64Milliseconds(kHandshakeWait)));
+        SetNodePaths(*cp, 1);
+      });
+    }
+  }
   PathSend(p, std::move(m));  // takes a sequence number, as the kernel's do
 }
 
 void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
+  Connection& c = p.conn;
   const wire::ExtHeaders ext = wire::ParseExtHeaders(h);
   if (ext.gen_num && *ext.gen_num != 0) {
     if (p.peer_gen != 0 && *ext.gen_num != p.peer_gen) {
       // The node restarted (its module was reloaded): what it was sent is
-      // stale and both sequence spaces begin again (rds_conn_peer_gen_update).
-      log::Info("kernel node %s restarted (generation %08x -> %08x)",
-                p.conn.key.faddr.ToString(), p.peer_gen, *ext.gen_num);
+      // stale and every path's sequence spaces begin again
+      // (rds_conn_peer_gen_update).
+      log::Info("kernel node %s restarted (generation %08x -> %08x)", c.key.faddr.ToString(),
+                p.peer_gen, *ext.gen_num);
       stats::Inc(stats::kShimPeerRestarts);
-      for (MessagePtr& m : p.unacked) DropNodeMessage(p, m);
-      p.unacked.clear();
-      p.next_tx_seq = 1;
-      p.next_rx_seq = 0;
+      for (int i = 0; i < kNodePathsMax; ++i) {
+        auto it = c.paths.find(NodePathKey(i));
+        if (it == c.paths.end()) continue;
+        Path& q = *it->second;
+        for (MessagePtr& m : q.unacked) DropNodeMessage(q, m);
+        q.unacked.clear();
+        q.next_tx_seq = 1;
+        q.next_rx_seq = 0;
+        SyncNodeRecord(q);
+      }
     }
-    p.peer_gen = *ext.gen_num;
+    for (int i = 0; i < kNodePathsMax; ++i) {
+      auto it = c.paths.find(NodePathKey(i));
+      if (it != c.paths.end()) it->second->peer_gen = *ext.gen_num;
+    }
     SyncNodeRecord(p);
   }
-  if (wire::IsHandshakePong(h)) p.stale_until_pong = false;  // it has our generation now
-  if (wire::IsHandshakePing(h)) SendHandshake(p, /*pong=*/true);
+  if (ext.sport_idx) c.node_sport_idx = true;
+  // The node takes our NPATHS as its number of paths (at most 8; 1 if absent).
+  const int theirs = ext.npaths ? std::clamp<int>(*ext.npaths, 1, kNodePathsMax) : 1;
+  if (wire::IsHandshakePong(h)) {
+    p.stale_until_pong = false;  // it has our generation now
+    int advertised = c.npaths_advertised;
+    if (!c.pings_unanswered.empty()) {
+      advertised = c.pings_unanswered.front();
+      c.pings_unanswered.pop_front();
+    }
+    if (!c.pings_unanswered.empty()) return;  // the answer to our latest is still coming
+    if (NpathsToAdvertise(c) != c.npaths_advertised) {
+      // It maps paths by source port (SPORT_IDX): tell it ours; the paths
+      // are agreed on its answer.
+      SendHandshake(p, /*pong=*/false);
+      return;
+    }
+    SetNodePaths(c, std::min(advertised, theirs));
+    return;
+  }
+  if (wire::IsHandshakePing(h)) {
+    SendHandshake(p, /*pong=*/true);
+    // Unless our own question is pending (its answer decides), the node
+    // counts with what our pong says.
+    if (c.pings_unanswered.empty()) SetNodePaths(c, std::min(c.npaths_advertised, theirs));
+  }
 }
 
 void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
@@ -118,47 +287,59 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
   cb.on_connected = [this, pp, weak] {
     auto l = weak.lock();
     if (!l || pp->connecting != l) return;
-    if (pp->conn.key.laddr < pp->conn.key.faddr) {
-      // The smaller address is the client of every connection (§C.7). Nothing
-      // is written until the node's congestion map shows that it took this
-      // connection as its path: a node that still holds an old connection
-      // resets a new one — after its TCP acknowledged what we wrote, which
-      // would then count as delivered (lost; seen when our side of a
-      // connection died silently).
-      Path* p2 = pp;
-      loop_.After(kNodeMapWait, [this, p2, weak] {
-        auto stale = weak.lock();
-        if (!stale || p2->connecting != stale) return;
-        log::Warn("%s: connected, but no congestion map came from the node within %lld ms; "
-                  "trying again",
-                  stale->Describe(), static_cast<long long>(absl::ToInt64Milliseconds(kNodeMapWait)));
-        p2->connecting.reset();
-        stale->Close();
-        SchedulePathRetry(*p2);
-      });
+    if (!(pp->conn.key.laddr < pp->conn.key.faddr)) {
+      // The larger address: a connection from us only makes the node connect
+      // back (the "poke"); it resets ours. Nothing is sent on it.
+      pp->connecting.reset();
+      l->Close();
+      SchedulePathRetry(*pp);
       return;
     }
-    // The larger address: a connection from us only makes the node connect
-    // back (the "poke"); it resets ours. Nothing is sent on it.
-    pp->connecting.reset();
-    l->Close();
-    SchedulePathRetry(*pp);
+    // The smaller address is the client of every connection (§C.7). Nothing
+    // is written until the node shows that it took this connection as a
+    // path: a node that still holds an old connection resets a new one —
+    // after its TCP acknowledged what we wrote, which would then count as
+    // delivered (lost; seen when our side of a connection died silently).
+    // With one path its congestion map shows it; with several the map goes
+    // out on whichever path sends first (c_map_queued is the connection's),
+    // so any message shows it, and so does a connection it has not reset
+    // after a while (its accept worker runs within milliseconds).
+    Path* p2 = pp;
+    const bool multipath = pp->conn.node_npaths > 1;
+    loop_.After(multipath ? kNodeQuietAccept : kNodeMapWait, [this, p2, weak, multipath] {
+      auto l2 = weak.lock();
+      if (!l2 || p2->connecting != l2) return;
+      p2->connecting.reset();
+      if (multipath) {
+        AdoptKernelLink(p2->conn, l2, p2->node_index);
+        return;
+      }
+      log::Warn("%s: connected, but no congestion map came from the node within %lld ms; "
+                "trying again",
+                l2->Describe(), static_cast<long long>(absl::ToInt64Milliseconds(kNodeMapWait)));
+      l2->Close();
+      SchedulePathRetry(*p2);
+    });
   };
   cb.on_message = [this, pp, weak](wire::Header&& h, Payload&& payload) {
     auto l = weak.lock();
     if (!l || pp->connecting != l) return;
     pp->connecting.reset();
-    if (!LooksLikeKernelNode(h)) {
+    if (pp->conn.node_npaths <= 1 && !LooksLikeKernelNode(h)) {
       log::Warn("%s: the first message is no kernel node's congestion map; closing", l->Describe());
       stats::Inc(stats::kShimConnDropBadInput);
       l->Close();
       SchedulePathRetry(*pp);
       return;
     }
-    AdoptKernelLink(pp->conn, l, std::move(h), std::move(payload));
+    if (Path* q = AdoptKernelLink(pp->conn, l, pp->node_index)) {
+      OnPathMessage(*q, std::move(h), std::move(payload));
+    }
   };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
+    Connection& c = pp->conn;
     OnConnectFailed(*pp, weak.lock(), why);
+    ConnectNodePaths(c);  // the next path, if this one waits for a retry
   };
   link->SetCallbacks(std::move(cb));
 }
@@ -186,7 +367,7 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
   Connection& c = GetConnection(ns, e.local.addr, e.peer.addr);
   if (c.local) return;
   if (c.kernel_peer || FindNodeOwner(c)) {
-    GetPath(c, kKernelNodePid, /*connect=*/true);
+    GetPath(c, kKernelNodePid, /*connect=*/true);  // path 0; the others follow it
     return;
   }
   // Not proof of a node (any client may connect and close): ask the host as

@@ -4,12 +4,13 @@
 // taking the connection over when the owner goes (DESIGN.md §3.5).
 //
 // Roles, per Connection (namespace, laddr, node address):
-//  * owner: holds the record's claim; its path kKernelNodePid is the TCP
-//    connection to the node; each relaying engine has a path keyed by its pid
-//    (`relay_peer`);
-//  * relayer: its path kKernelNodePid is a same-host link to the owner
+//  * owner: holds the record's claim; its node paths (NodePathKey) are the TCP
+//    connections to the node; each relaying engine has a path keyed by its
+//    pid (`relay_peer`);
+//  * relayer: its node path 0 is a same-host link to the owner
 //    (`node_owner`), an ordinary shim path (sequence, acknowledgements)
-//    whose acknowledgement means that the node's TCP has the message.
+//    whose acknowledgement means that the node's TCP has the message; the
+//    owner puts each message on the node path of its port.
 //
 // Members of Engine (engine/engine.h); engine.cc owns the thread and its state.
 #include "engine/engine.h"
@@ -33,7 +34,7 @@
 namespace rds {
 
 bool Engine::IsKernelPath(const Path& p) {
-  return p.peer_pid == kKernelNodePid && !p.conn.relaying();
+  return p.node_index >= 0 && !p.conn.relaying();
 }
 
 NodeRecord* Engine::NodeRecordOf(Connection& c, bool create) {
@@ -46,6 +47,17 @@ NodeRecord* Engine::NodeRecordOf(Connection& c, bool create) {
   }
   c.node_record = *std::move(r);
   return c.node_record.get();
+}
+
+bool Engine::IsKnownNode(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr,
+                         const RdsAddr& faddr) {
+  auto it = connections_.find(ConnKey{ns->key(), laddr, faddr});
+  if (it != connections_.end() && (it->second->kernel_peer || it->second->node_record)) {
+    return true;
+  }
+  // No Connection of ours holds the record (its POSIX locks would go with
+  // any descriptor of the file we close): a look is harmless.
+  return NodeRecord::Open(ns->ports().dir(), laddr, faddr, /*create=*/false).ok();
 }
 
 bool Engine::FindNodeOwner(Connection& c) {
@@ -97,6 +109,23 @@ void Engine::RelayThrough(Connection& c, uint32_t owner) {
   Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);
   CloseNodePathLinks(p);
   p.peer_gen = 0;  // the owner engine's generation from now on, not the node's
+  // Our other node paths' messages go through the owner too, each port's in
+  // its order (a port's messages were all on one path).
+  for (int i = 1; i < kNodePathsMax; ++i) {
+    auto it = c.paths.find(NodePathKey(i));
+    if (it == c.paths.end()) continue;
+    Path& q = *it->second;
+    CloseNodePathLinks(q);
+    std::deque<MessagePtr> moved;
+    moved.swap(q.backlog);
+    for (MessagePtr& m : moved) {
+      m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
+      PathSend(p, std::move(m));
+    }
+    if (q.ack_timer) loop_.Cancel(q.ack_timer);
+    Bury(std::move(it->second));
+    c.paths.erase(it);
+  }
   Connection* cp = &c;
   loop_.Defer([this, cp] {
     ResolvePending(*cp);
@@ -142,11 +171,14 @@ void Engine::BecomeNodeOwner(Connection& c, bool continued) {
     r.NewIncarnation(gen_);
     p.stale_until_pong = true;
     if (!was_relaying) {
-      // A new incarnation of a path we may have used alone before (the
-      // record's file was made again): it starts where the path is.
-      s.next_tx_seq.store(p.next_tx_seq, std::memory_order_relaxed);
-      s.next_rx_seq.store(p.next_rx_seq, std::memory_order_relaxed);
+      // A new incarnation of paths we may have used alone before (the
+      // record's file was made again): it starts where the paths are.
       s.node_gen.store(p.peer_gen, std::memory_order_relaxed);
+      s.npaths.store(static_cast<uint32_t>(c.node_npaths), std::memory_order_relaxed);
+      s.node_sport_idx.store(c.node_sport_idx, std::memory_order_relaxed);
+      for (auto& [key, q] : c.paths) {
+        if (q->node_index >= 0) SyncNodeRecord(*q);
+      }
     }
   }
   log::Info("%s -> %s: this engine holds the kernel node's connection now (%s incarnation, "
@@ -154,68 +186,85 @@ void Engine::BecomeNodeOwner(Connection& c, bool continued) {
             c.key.laddr.ToString(), c.key.faddr.ToString(), continued ? "continuing its" : "a new",
             s.gen.load());
   if (!was_relaying) return;
-  p.peer_gen = s.node_gen.load(std::memory_order_relaxed);
-  p.next_rx_seq = s.next_rx_seq.load(std::memory_order_relaxed);
-  p.rx_delivered = p.rx_acked = 0;
-  const uint64_t next = std::max<uint64_t>(s.next_tx_seq.load(std::memory_order_relaxed), 1);
-  p.next_tx_seq = next;
+  // The node's paths as the old owner left them.
+  c.node_npaths = static_cast<int>(
+      std::min<uint32_t>(s.npaths.load(std::memory_order_relaxed), kNodePathsMax));
+  c.node_sport_idx = s.node_sport_idx.load(std::memory_order_relaxed) != 0;
+  c.npaths_advertised = c.node_npaths > 1 ? kNodePathsMax : c.node_npaths;
+  c.pings_unanswered.clear();
+  const uint32_t node_gen = s.node_gen.load(std::memory_order_relaxed);
+  for (int i = 0; i < std::max(c.node_npaths, 1); ++i) {
+    Path& q = GetPath(c, NodePathKey(i), /*connect=*/false);
+    NodeRecord::PathState& ps = r.path(i);
+    q.peer_gen = node_gen;
+    q.next_rx_seq = ps.next_rx_seq.load(std::memory_order_relaxed);
+    q.rx_delivered = q.rx_acked = 0;
+    q.next_tx_seq = std::max<uint64_t>(ps.next_tx_seq.load(std::memory_order_relaxed), 1);
+  }
   if (continued) StartTakeover(c, r.previous_owner());
   // What we relayed through the dead owner and it had not confirmed: in the
-  // node's sequence space now. A message the node has is done; one it may
-  // have goes again under the sequence the old owner gave it; the rest are
-  // new messages.
+  // node's sequence spaces now. A message the node has is done; one it may
+  // have goes again under the path and sequence the old owner gave it; the
+  // rest are new messages.
   std::deque<MessagePtr> backlog;
   backlog.swap(p.backlog);
   for (MessagePtr& m : backlog) {
-    uint64_t node_seq = 0;
-    switch (TakeoverFate(c, pid_, m->header.sequence, &node_seq)) {
+    Connection::Takeover::NodeSeq at;
+    switch (TakeoverFate(c, pid_, m->header.sequence, &at)) {
       case TakeoverResult::kDelivered:
         ReleaseSendSpace(*m);
         continue;
       case TakeoverResult::kResend:
-        m->header.sequence = node_seq;
+        m->header.sequence = at.second;
         m->header.flags |= wire::kFlagRetransmitted;
-        p.backlog.push_back(std::move(m));
+        GetPath(c, NodePathKey(at.first), /*connect=*/false).backlog.push_back(std::move(m));
         continue;
       case TakeoverResult::kNew:
         m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
-        PathSend(p, std::move(m));
+        SendToNode(c, std::move(m));
         continue;
     }
   }
-  SyncNodeRecord(p);
+  for (auto& [key, q] : c.paths) {
+    if (q->node_index >= 0) SyncNodeRecord(*q);
+  }
   MaybeEndTakeoverHold(c);
 }
 
 void Engine::StartTakeover(Connection& c, uint32_t previous_owner) {
   NodeRecord& r = *c.node_record;
-  NodeRecord::State& s = r.state();
   auto t = std::make_unique<Connection::Takeover>();
-  t->acked = s.acked_seq.load(std::memory_order_relaxed);
-  const uint64_t next = s.next_tx_seq.load(std::memory_order_relaxed);
   absl::flat_hash_map<uint32_t, bool> alive;
-  for (uint64_t seq = next > NodeRecord::kSlots ? next - NodeRecord::kSlots : 1; seq < next; ++seq) {
-    std::optional<std::pair<uint32_t, uint64_t>> slot = r.SlotOf(seq);
-    // The old owner's own messages died with it.
-    if (!slot || slot->first == previous_owner || slot->first == 0) continue;
-    t->slots[*slot] = seq;
-    if (seq <= t->acked) continue;
-    auto [it, fresh] = alive.try_emplace(slot->first, false);
-    if (fresh) {
-      it->second = slot->first == pid_ ||
-                   kill(static_cast<pid_t>(slot->first), 0) == 0 || errno == EPERM;
+  uint64_t unconfirmed = 0;
+  for (int i = 0; i < kNodePathsMax; ++i) {
+    NodeRecord::PathState& ps = r.path(i);
+    const uint64_t next = ps.next_tx_seq.load(std::memory_order_relaxed);
+    if (next == 0) continue;  // never used
+    t->acked[i] = ps.acked_seq.load(std::memory_order_relaxed);
+    unconfirmed += next - 1 > t->acked[i] ? next - 1 - t->acked[i] : 0;
+    for (uint64_t seq = next > NodeRecord::kSlots ? next - NodeRecord::kSlots : 1; seq < next;
+         ++seq) {
+      std::optional<std::pair<uint32_t, uint64_t>> slot = r.SlotOf(i, seq);
+      // The old owner's own messages died with it.
+      if (!slot || slot->first == previous_owner || slot->first == 0) continue;
+      t->slots[*slot] = {i, seq};
+      if (seq <= t->acked[i]) continue;
+      auto [it, fresh] = alive.try_emplace(slot->first, false);
+      if (fresh) {
+        it->second = slot->first == pid_ ||
+                     kill(static_cast<pid_t>(slot->first), 0) == 0 || errno == EPERM;
+      }
+      if (it->second) t->waiting.insert({i, seq});
     }
-    if (it->second) t->waiting.insert(seq);
   }
-  log::Info("%s -> %s: taking over from engine %d: node sequences %llu..%llu unconfirmed, "
-            "%zu of them from engines alive",
+  log::Info("%s -> %s: taking over from engine %d: %llu node messages unconfirmed, %zu of them "
+            "from engines alive",
             c.key.laddr.ToString(), c.key.faddr.ToString(), previous_owner,
-            static_cast<unsigned long long>(t->acked + 1),
-            static_cast<unsigned long long>(next - 1), t->waiting.size());
+            static_cast<unsigned long long>(unconfirmed), t->waiting.size());
   t->holding = !t->waiting.empty();
   Connection* cp = &c;
   if (t->holding) {
-    // The node path stays closed meanwhile (ConnectPath, AdoptKernelLink).
+    // The node paths stay closed meanwhile (ConnectPath, AdoptKernelLink).
     t->timer = loop_.After(kTakeoverHold, [this, cp] {
       cp->takeover->timer = 0;
       log::Warn("%s -> %s: %zu unconfirmed messages were not sent again within %lld ms of the "
@@ -236,11 +285,11 @@ void Engine::StartTakeover(Connection& c, uint32_t previous_owner) {
 }
 
 Engine::TakeoverResult Engine::TakeoverFate(Connection& c, uint32_t pid, uint64_t relay_seq,
-                                            uint64_t* node_seq) {
+                                            Connection::Takeover::NodeSeq* at) {
   if (!c.takeover) return TakeoverResult::kNew;
   auto it = c.takeover->slots.find(std::make_pair(pid, relay_seq));
   if (it == c.takeover->slots.end()) return TakeoverResult::kNew;
-  if (it->second <= c.takeover->acked) return TakeoverResult::kDelivered;
+  if (it->second.second <= c.takeover->acked[it->second.first]) return TakeoverResult::kDelivered;
   if (c.takeover->waiting.erase(it->second) == 0) {
     // The hold is over: its place in the sequence is gone. Sent as new (the
     // node may have had it: a possible duplicate, said once per takeover).
@@ -249,7 +298,7 @@ Engine::TakeoverResult Engine::TakeoverFate(Connection& c, uint32_t pid, uint64_
               c.key.laddr.ToString(), c.key.faddr.ToString());
     return TakeoverResult::kNew;
   }
-  *node_seq = it->second;
+  *at = it->second;
   return TakeoverResult::kResend;
 }
 
@@ -260,15 +309,17 @@ void Engine::MaybeEndTakeoverHold(Connection& c) {
     loop_.Cancel(c.takeover->timer);
     c.takeover->timer = 0;
   }
+  // Sent again in each path's sequence order, ahead of what is new (every
+  // new message took a later sequence).
+  for (auto& [key, p] : c.paths) {
+    if (p->node_index < 0) continue;
+    std::stable_sort(p->backlog.begin(), p->backlog.end(),
+                     [](const MessagePtr& a, const MessagePtr& b) {
+                       return a->header.sequence < b->header.sequence;
+                     });
+  }
   Path* p = NodePathOf(c);
-  if (p == nullptr) return;
-  // Sent again in the node's sequence order, ahead of what is new (every new
-  // message took a later sequence).
-  std::stable_sort(p->backlog.begin(), p->backlog.end(),
-                   [](const MessagePtr& a, const MessagePtr& b) {
-                     return a->header.sequence < b->header.sequence;
-                   });
-  if (!p->link && !p->connecting && !p->retry_timer) ConnectPath(*p);
+  if (p != nullptr && !p->link && !p->connecting && !p->retry_timer) ConnectPath(*p);
 }
 
 bool Engine::NodePathHeld(const Connection& c) const {
@@ -277,11 +328,11 @@ bool Engine::NodePathHeld(const Connection& c) const {
 
 void Engine::SyncNodeRecord(Path& p) {
   NodeRecord* r = p.conn.node_record.get();
-  if (r == nullptr || !r->owned()) return;
-  NodeRecord::State& s = r->state();
-  s.next_tx_seq.store(p.next_tx_seq, std::memory_order_relaxed);
-  s.next_rx_seq.store(p.next_rx_seq, std::memory_order_relaxed);
-  s.node_gen.store(p.peer_gen, std::memory_order_relaxed);
+  if (r == nullptr || !r->owned() || p.node_index < 0) return;
+  NodeRecord::PathState& ps = r->path(p.node_index);
+  ps.next_tx_seq.store(p.next_tx_seq, std::memory_order_relaxed);
+  ps.next_rx_seq.store(p.next_rx_seq, std::memory_order_relaxed);
+  r->state().node_gen.store(p.peer_gen, std::memory_order_relaxed);
 }
 
 uint32_t Engine::NodeGeneration(const Connection& c) const {
@@ -322,6 +373,30 @@ Path* Engine::NodePathOf(Connection& c) {
   return it == c.paths.end() ? nullptr : it->second.get();
 }
 
+void Engine::SendToNode(Connection& c, MessagePtr m) {
+  const uint16_t port = m->header.dport;
+  const uint32_t key = NodePathFor(c, m->header.sport);
+  auto waiting = c.unresolved.find(port);
+  if (key == 0 || (waiting != c.unresolved.end() && !waiting->second.empty())) {
+    // Until the paths are agreed (SetNodePaths resolves), behind what waits.
+    c.unresolved[port].push_back(std::move(m));
+    return;
+  }
+  PathSend(GetPath(c, key, /*connect=*/true), std::move(m));
+}
+
+void Engine::SendNodeCongestionMap(Connection& c) {
+  // One map per connection, as the kernel's (c_map_queued): on the first
+  // path that is up.
+  for (int i = 0; i < kNodePathsMax; ++i) {
+    auto it = c.paths.find(NodePathKey(i));
+    if (it != c.paths.end() && it->second->link && IsKernelPath(*it->second)) {
+      SendCongestionMap(*it->second);
+      return;
+    }
+  }
+}
+
 namespace {
 // A data message passed on between a relayer, the owner and the node: ports,
 // length and payload of `h`; a new sequence, no flags.
@@ -344,25 +419,24 @@ void Engine::RelayToNode(Path& from, const wire::Header& h, Payload&& payload) {
   m->relay_pid = from.peer_pid;
   m->relay_seq = h.sequence;
   stats::Inc(stats::kShimRelayedToNode);
-  Path& node = GetPath(c, kKernelNodePid, /*connect=*/true);
-  uint64_t node_seq = 0;
   if (h.flags & wire::kFlagRetransmitted) {
     // Perhaps through an owner that died (StartTakeover).
-    switch (TakeoverFate(c, from.peer_pid, h.sequence, &node_seq)) {
+    Connection::Takeover::NodeSeq at;
+    switch (TakeoverFate(c, from.peer_pid, h.sequence, &at)) {
       case TakeoverResult::kDelivered:
         OnRelayedDone(c, *m);
         return;
       case TakeoverResult::kResend:
-        m->header.sequence = node_seq;
+        m->header.sequence = at.second;
         m->header.flags |= wire::kFlagRetransmitted;
-        node.backlog.push_back(std::move(m));
+        GetPath(c, NodePathKey(at.first), /*connect=*/false).backlog.push_back(std::move(m));
         MaybeEndTakeoverHold(c);
         return;
       case TakeoverResult::kNew:
         break;
     }
   }
-  PathSend(node, std::move(m));
+  SendToNode(c, std::move(m));
 }
 
 void Engine::RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload) {
@@ -483,13 +557,11 @@ void Engine::OnRelayCongestionMap(Path& p, const uint8_t* bits) {
   if (p.relay_peer) {
     // A relayer's own ports at our common address: the node hears of them from us.
     CongestionTable::Get().SetPeerMap(c.key.ns, c.key.laddr, p.peer_pid, bits);
-    if (Path* node = NodePathOf(c); node != nullptr && IsKernelPath(*node)) {
-      SendCongestionMap(*node);
-    }
+    SendNodeCongestionMap(c);
     return;
   }
-  // The node's map: every relayer sees it too.
-  CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, bits);
+  // The node's map (on whichever of its paths): every relayer sees it too.
+  CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, kKernelNodePid, bits);
   if (IsKernelPath(p)) {
     for (auto& [pid, q] : c.paths) {
       if (q->relay_peer) SendCongestionMap(*q);

@@ -73,7 +73,7 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
     stats::Inc(stats::kCongUpdateReceived);
     // Any other length is ignored, as rds_tcp_cong_recv does.
     if (h.len != wire::kCongMapBytes) return;
-    if (p.relay_peer || p.peer_pid == kKernelNodePid) {
+    if (p.relay_peer || p.node_index >= 0) {
       OnRelayCongestionMap(p, payload.data());  // a node's map, or a relayer's
     } else {
       CongestionTable::Get().SetPeerMap(c.key.ns, c.key.faddr, p.peer_pid, payload.data());

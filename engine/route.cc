@@ -121,7 +121,8 @@ bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool
     // One node owns every port there; what still waits for a route goes first.
     if (auto waiting = c.unresolved.find(port);
         waiting == c.unresolved.end() || waiting->second.empty()) {
-      return send_on(kKernelNodePid);
+      // Its port's path, unless the number of paths is still being agreed.
+      if (const uint32_t key = NodePathFor(c, m->header.sport); key != 0) return send_on(key);
     }
   } else if (port == 0) {
     if (Path* p = c.AnyUpPath()) {
@@ -175,7 +176,10 @@ void Engine::RetryParkedLater(Connection& c) {
 
 void Engine::Resolve(Connection& c, uint16_t port) {
   if (c.kernel_peer) {
-    OnRouteAnswer(c, port, kKernelNodePid);
+    // Every port is the node's; SetNodePaths resolves what waits for its paths.
+    if (c.relaying() || c.node_npaths > 0 || conf::Get().kernel_paths == 1) {
+      OnRouteAnswer(c, port, kKernelNodePid);
+    }
     return;
   }
   if (c.querying.contains(port)) return;
@@ -246,7 +250,9 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     if (!l || cp->query_link != l) return;
     if (LooksLikeKernelNode(h)) {
       // Not an engine but a kernel node: this connection is its path.
-      AdoptKernelLink(*cp, l, std::move(h), std::move(payload));
+      if (Path* p = AdoptKernelLink(*cp, l, 0)) {
+        OnPathMessage(*p, std::move(h), std::move(payload));
+      }
       return;
     }
     absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);
@@ -295,6 +301,10 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
     // Nobody has the port bound there: the kernel drops such messages at the
     // destination; so do we, without caching the answer.
     for (MessagePtr& m : waiting) DropMessage(m, stats::kShimSendDropNoRoute);
+    return;
+  }
+  if (pid == kKernelNodePid && c.kernel_peer) {
+    for (MessagePtr& m : waiting) SendToNode(c, std::move(m));
     return;
   }
   if (port != 0) c.routes[port] = {pid, 0};

@@ -164,8 +164,8 @@ void Engine::PathSend(Path& p, MessagePtr m) {
   if (p.conn.node_record && IsKernelPath(p)) {
     // The host's node connection: a new owner after our death continues
     // from here and knows whose message took this sequence.
-    p.conn.node_record->NoteSlot(m->header.sequence, m->relay_pid ? m->relay_pid : pid_,
-                                 m->relay_seq);
+    p.conn.node_record->NoteSlot(p.node_index, m->header.sequence,
+                                 m->relay_pid ? m->relay_pid : pid_, m->relay_seq);
     SyncNodeRecord(p);
   }
   if (p.link) {
@@ -233,7 +233,7 @@ void Engine::OnAck(Path& p, uint64_t ack) {
     p.unacked.pop_front();
   }
   if (p.conn.node_record && IsKernelPath(p) && p.conn.node_record->owned()) {
-    p.conn.node_record->state().acked_seq.store(ack, std::memory_order_relaxed);
+    p.conn.node_record->path(p.node_index).acked_seq.store(ack, std::memory_order_relaxed);
   }
 }
 

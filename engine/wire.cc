@@ -170,6 +170,11 @@ void StripShimPayloadRef(Header* h) {
   if (at < kExtHeaderSpace) std::memset(h->exthdr.data() + at, 0, kExtHeaderSpace - at);
 }
 
+bool ExtWriter::SportIdx() {
+  const uint8_t dummy = 0;
+  return Append(kExtSportIdx, {&dummy, 1});
+}
+
 bool ExtWriter::ShimHello() { return Append(kExtShimHello, {}); }
 
 bool ExtWriter::ShimControl(uint8_t opcode) { return Append(kExtShimControl, {&opcode, 1}); }

@@ -101,6 +101,7 @@ class ExtWriter {
   explicit ExtWriter(Header* h) : h_(h) {}
   bool Npaths(uint16_t n);
   bool GenNum(uint32_t gen);
+  bool SportIdx();  // "my client connections put the path index in their source port"
   bool ShimHello();
   bool ShimControl(uint8_t opcode);
 

@@ -578,12 +578,14 @@ std::string SocketTable(const Snapshot& s) {
 }
 
 // A path's peer: an engine's pid, "kernel" (a kernel RDS node whose
-// connection this engine owns), "kernel via PID" (relayed through the engine
-// that owns it) or "PID relays" (an engine relaying a node's traffic through us).
+// connection this engine owns; "kernel/N" its path N > 0), "kernel via PID"
+// (relayed through the engine that owns it) or "PID relays" (an engine
+// relaying a node's traffic through us).
 std::string PeerColumn(const json& p) {
   if (Bool(p, "kernel_node")) {
-    return Num(p, "node_owner") != 0 ? absl::StrCat("kernel via ", Num(p, "node_owner"))
-                                     : std::string("kernel");
+    if (Num(p, "node_owner") != 0) return absl::StrCat("kernel via ", Num(p, "node_owner"));
+    return Num(p, "node_path") > 0 ? absl::StrCat("kernel/", Num(p, "node_path"))
+                                   : std::string("kernel");
   }
   if (Bool(p, "relay_peer")) return absl::StrCat(Num(p, "peer_pid"), " relays");
   return absl::StrCat(Num(p, "peer_pid"));

@@ -109,6 +109,9 @@ struct LinkTarget {
   std::shared_ptr<NetNs> ns;
   RdsAddr laddr, faddr;
   uint32_t peer_pid = 0;
+  // A kernel node's path (0..7): a TCP connection's source port is then
+  // chosen with port % 8 == node_path (kernel-rds.md §C.7, SPORT_IDX). -1: any.
+  int node_path = -1;
 };
 
 // What a transport gets from the engine that runs it.

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "engine/bind.h"
@@ -369,6 +370,18 @@ std::vector<uint8_t> EmptyCongMap() { return std::vector<uint8_t>(wire::kCongMap
 
 bool IsShimOnly(const Record& r) { return control::IsHello(r.header) || wire::IsShimControl(r.header); }
 
+// A node's handshake ping or pong with NPATHS `npaths` (and SPORT_IDX: a 7.0+ node).
+wire::Header HandshakeHeader(bool pong, uint64_t seq, uint16_t npaths, bool sport_idx) {
+  wire::Header h;
+  h.sport = pong ? 0 : wire::kProbePort;
+  h.dport = pong ? wire::kProbePort : 0;
+  h.sequence = seq;
+  wire::ExtWriter ext(&h);
+  ext.Npaths(npaths);
+  if (sport_idx) ext.SportIdx();
+  return h;
+}
+
 // Everything the engine wrote to the node, until nothing came for `quiet`.
 std::vector<Record> Drain(MemChannel& ch, absl::Duration quiet = absl::Milliseconds(100)) {
   std::vector<Record> out;
@@ -388,29 +401,33 @@ TEST(EngineWithKernelNode, SmallerAddressConnectsHandshakesAndFreesOnTcpAck) {
   a->channel->Deliver(CongMapHeader(), EmptyCongMap());
 
   std::vector<Record> sent = Drain(*a->channel);
-  ASSERT_GE(sent.size(), 3u);
+  ASSERT_EQ(sent.size(), 2u);
   EXPECT_TRUE(wire::IsCongMap(sent[0].header)) << "the congestion map goes first";
   EXPECT_TRUE(wire::IsHandshakePing(sent[1].header));
   wire::ExtHeaders ext = wire::ParseExtHeaders(sent[1].header);
+  // Automatic: one path until the node shows that it maps paths by source port.
   EXPECT_EQ(ext.npaths, std::optional<uint16_t>(1)) << "NPATHS 1 or 8, nothing else";
   EXPECT_TRUE(ext.gen_num.has_value() && *ext.gen_num != 0);
+  EXPECT_TRUE(ext.sport_idx);
   EXPECT_FALSE(ext.shim_hello);
-  EXPECT_EQ(Text(sent[2]), "to the kernel");
-  EXPECT_EQ(sent[2].header.sequence, sent[1].header.sequence + 1);
   EXPECT_TRUE(a->channel->reports_transport_acks());
 
+  // Port 4100 is not path 0's in 8: its message waits for the number of
+  // paths (the node's answer; a 6.x node's has no SPORT_IDX: one path).
+  a->channel->Deliver(HandshakeHeader(/*pong=*/true, 1, 8, false));
+  sent = Drain(*a->channel);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(Text(sent[0]), "to the kernel");
+  EXPECT_EQ(sent[0].header.sequence, 2u) << "after the ping's";
+
   // The node's handshake ping is answered with a pong; its data arrives.
-  wire::Header ping;
-  ping.sport = wire::kProbePort;
-  ping.sequence = 1;
-  wire::ExtWriter(&ping).Npaths(8);
-  a->channel->Deliver(ping);
+  a->channel->Deliver(HandshakeHeader(/*pong=*/false, 2, 8, false));
   std::optional<Record> pong = a->channel->Next();
   ASSERT_TRUE(pong.has_value());
   EXPECT_TRUE(wire::IsHandshakePong(pong->header));
   EXPECT_EQ(wire::ParseExtHeaders(pong->header).npaths, std::optional<uint16_t>(1));
   wire::Header d;
-  d.sequence = 2;
+  d.sequence = 3;
   d.sport = 5100;
   d.dport = 4100;
   a->channel->Deliver(d, {'k', 'e', 'r'});
@@ -425,7 +442,6 @@ TEST(EngineWithKernelNode, SmallerAddressConnectsHandshakesAndFreesOnTcpAck) {
   for (const Record& r : Drain(*a->channel, absl::Milliseconds(50))) {
     EXPECT_FALSE(IsShimOnly(r)) << "a shim-only message was sent to a kernel node";
   }
-  for (const Record& r : sent) EXPECT_FALSE(IsShimOnly(r));
 
   // The connection drops with a message unacknowledged: the engine (the
   // smaller address) connects again and sends it with its sequence and
@@ -473,6 +489,7 @@ TEST(EngineWithKernelNode, LargerAddressWaitsForTheNodeToConnect) {
   std::shared_ptr<MemChannel> ch = network->OpenToEngine(*ns, Link::Endpoints{local, peer});
   ASSERT_NE(ch, nullptr);
   ch->Deliver(CongMapHeader(), EmptyCongMap());
+  ch->Deliver(HandshakeHeader(/*pong=*/true, 1, 8, false));  // one path (a 6.x node)
   std::optional<Record> data = ch->NextWhere(IsData);
   ASSERT_TRUE(data.has_value()) << "the waiting message did not go on the node's connection";
   EXPECT_EQ(Text(*data), "wait for it");
@@ -525,8 +542,136 @@ std::shared_ptr<MemChannel> KernelPathTo(TestSocket& s, const char* faddr, uint1
   if (!a) return nullptr;
   a->channel->Connected();
   a->channel->Deliver(CongMapHeader(), EmptyCongMap());
+  // A 6.x node's answer to the handshake: one path.
+  a->channel->Deliver(HandshakeHeader(/*pong=*/true, 1, 8, false));
   EXPECT_TRUE(a->channel->NextWhere(IsData).has_value());
   return a->channel;
+}
+
+// Multipath (kernel-rds.md §C.7–§C.9): with a node that numbers paths by
+// source port (SPORT_IDX, 7.0+), the automatic setting uses its 8 paths.
+
+// Which of `channels` (by index) carries the next data message, waiting up to
+// a second for each in turn; -1 if none.
+int ChannelOfNextData(const std::vector<std::shared_ptr<MemChannel>>& channels, Record* got) {
+  for (int round = 0; round < 20; ++round) {
+    for (size_t i = 0; i < channels.size(); ++i) {
+      if (!channels[i]) continue;
+      if (std::optional<Record> r = channels[i]->NextWhere(IsData, absl::Milliseconds(10))) {
+        if (got) *got = *r;
+        return static_cast<int>(i);
+      }
+    }
+  }
+  return -1;
+}
+
+TEST(EngineWithKernelNode, SmallerAddressOpensEightPathsToANodeThatMapsBySourcePort) {
+  const char* node = "192.168.99.5";
+  std::vector<std::unique_ptr<TestSocket>> socks;
+  for (uint16_t port = 4200; port < 4208; ++port) socks.push_back(std::make_unique<TestSocket>(port));
+  ASSERT_TRUE(socks[0]->SendTo(node, 5200, "first").ok());
+  std::optional<Attempt> a = NextAttemptTo(node);
+  ASSERT_TRUE(a.has_value());
+  a->channel->Connected();
+  ASSERT_TRUE(a->channel->Next().has_value());  // the shim's hello, a handshake ping to the node
+  a->channel->Deliver(CongMapHeader(), EmptyCongMap());
+  std::optional<Record> ping = a->channel->NextWhere([](const Record& r) {
+    return wire::IsHandshakePing(r.header);
+  });
+  ASSERT_TRUE(ping.has_value());
+  EXPECT_EQ(wire::ParseExtHeaders(ping->header).npaths, std::optional<uint16_t>(1));
+  // Its answer shows SPORT_IDX: the engine offers 8, and they are agreed on
+  // the answer to that.
+  a->channel->Deliver(HandshakeHeader(/*pong=*/true, 1, 8, true));
+  ping = a->channel->NextWhere([](const Record& r) { return wire::IsHandshakePing(r.header); });
+  ASSERT_TRUE(ping.has_value());
+  EXPECT_EQ(wire::ParseExtHeaders(ping->header).npaths, std::optional<uint16_t>(8));
+  EXPECT_TRUE(wire::ParseExtHeaders(ping->header).sport_idx);
+  a->channel->Deliver(HandshakeHeader(/*pong=*/true, 2, 8, true));
+
+  // Paths 1..7, one at a time and in order, each from a source port that
+  // says its index; a path is up once the node sends on it.
+  std::vector<std::shared_ptr<MemChannel>> paths = {a->channel};
+  for (int i = 1; i < 8; ++i) {
+    std::optional<Attempt> p = NextAttemptTo(node);
+    ASSERT_TRUE(p.has_value()) << "path " << i << " was not opened";
+    EXPECT_EQ(p->target.node_path, i);
+    EXPECT_EQ(network->NextAttempt(absl::Milliseconds(50)).has_value(), false)
+        << "path " << i + 1 << " opened before path " << i << " was up";
+    p->channel->Connected();
+    p->channel->Deliver(CongMapHeader(), EmptyCongMap());
+    paths.push_back(p->channel);
+  }
+
+  // Each port's messages go on one path, always the same; the 8 ports here
+  // use every path (the engine's port hash spreads them).
+  // The first message (its port's path was not known before the answer) too.
+  Record got;
+  const int first_path = ChannelOfNextData(paths, &got);
+  ASSERT_GE(first_path, 0) << "the first message was not sent";
+  EXPECT_EQ(Text(got), "first");
+  std::set<int> used;
+  for (size_t k = 0; k < socks.size(); ++k) {
+    ASSERT_TRUE(socks[k]->SendTo(node, 5200, "one").ok());
+    const int first = ChannelOfNextData(paths, &got);
+    ASSERT_GE(first, 0) << "port " << 4200 + k << ": nothing sent";
+    EXPECT_EQ(got.header.sport, 4200 + k);
+    ASSERT_TRUE(socks[k]->SendTo(node, 5200, "two").ok());
+    EXPECT_EQ(ChannelOfNextData(paths, &got), first) << "port " << 4200 + k << " changed path";
+    if (k == 0) EXPECT_EQ(first, first_path);
+    used.insert(first);
+  }
+  EXPECT_EQ(used.size(), 8u);
+}
+
+TEST(EngineWithKernelNode, LargerAddressTakesANodesPathsByTheirSourcePorts) {
+  const char* node = "10.99.1.7";  // < 127.0.0.1: the node connects every path
+  TestSocket s(4210);
+  ASSERT_TRUE(s.SendTo(node, 5210, "waits").ok());
+  std::optional<Attempt> a = NextAttemptTo(node);
+  ASSERT_TRUE(a.has_value());
+  a->channel->Connected();
+  a->channel->Fail(absl::UnavailableError("reset by the node"));  // a poke
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+  ASSERT_TRUE(ns.ok());
+  RdsEndpoint local{V4("127.0.0.1"), 16385};
+  auto open_path = [&](uint16_t peer_port) {
+    return network->OpenToEngine(*ns, Link::Endpoints{local, {V4(node), peer_port}});
+  };
+  std::vector<std::shared_ptr<MemChannel>> paths(8);
+  paths[0] = open_path(40000);
+  paths[0]->Deliver(CongMapHeader(), EmptyCongMap());
+  std::optional<Record> ping =
+      paths[0]->NextWhere([](const Record& r) { return wire::IsHandshakePing(r.header); });
+  ASSERT_TRUE(ping.has_value());
+  paths[0]->Deliver(HandshakeHeader(/*pong=*/true, 1, 8, true));
+  ping = paths[0]->NextWhere([](const Record& r) { return wire::IsHandshakePing(r.header); });
+  ASSERT_TRUE(ping.has_value());
+  EXPECT_EQ(wire::ParseExtHeaders(ping->header).npaths, std::optional<uint16_t>(8));
+  paths[0]->Deliver(HandshakeHeader(/*pong=*/true, 2, 8, true));
+  // The node opens the others (in any order: their source ports say which
+  // is which), sending nothing on them first.
+  for (int i = 7; i >= 1; --i) paths[i] = open_path(static_cast<uint16_t>(40000 + i));
+  Record got;
+  const int k = ChannelOfNextData(paths, &got);
+  ASSERT_GE(k, 0) << "the waiting message was not sent";
+  EXPECT_EQ(Text(got), "waits");
+  // Two paths drop; the node opens them again, the later path first: the
+  // unacknowledged message goes again on its own path, found by the port.
+  const int j = k == 1 ? 2 : 1;
+  paths[k]->Fail(absl::UnavailableError("reset"));
+  paths[j]->Fail(absl::UnavailableError("reset"));
+  usleep(50 * 1000);
+  const int later = std::max(j, k), earlier = std::min(j, k);
+  paths[later] = open_path(static_cast<uint16_t>(40008 + later));
+  paths[earlier] = open_path(static_cast<uint16_t>(40008 + earlier));
+  std::vector<std::shared_ptr<MemChannel>> reopened(8);
+  reopened[k] = paths[k];
+  reopened[j] = paths[j];
+  EXPECT_EQ(ChannelOfNextData(reopened, &got), k);
+  EXPECT_EQ(Text(got), "waits");
+  EXPECT_TRUE(got.header.flags & wire::kFlagRetransmitted);
 }
 
 // kernel-rds.md §C.5, §E.9: a message is a duplicate only if it is flagged

@@ -52,9 +52,10 @@ class KernelNodeTest : public ::testing::Test {
       bool continued = true;
       if (!r || !r->TryClaim(&continued) || continued) _exit(2);
       r->NewIncarnation(0x1234);
-      r->state().next_tx_seq.store(43);
-      r->NoteSlot(42, 777, 9);
-      r->state().acked_seq.store(40);
+      r->state().npaths.store(8);
+      r->path(3).next_tx_seq.store(43);
+      r->NoteSlot(3, 42, 777, 9);
+      r->path(3).acked_seq.store(40);
       char c = 1;
       if (write(ready[1], &c, 1) != 1) _exit(3);
       if (hold_read_fd >= 0 && read(hold_read_fd, &c, 1) < 0) _exit(4);
@@ -125,15 +126,19 @@ TEST_F(KernelNodeTest, ARelayerThatTakesOverContinuesTheIncarnation) {
   EXPECT_TRUE(continued);
   EXPECT_EQ(r->previous_owner(), static_cast<uint32_t>(child));
   EXPECT_EQ(r->state().gen.load(), 0x1234u);
-  EXPECT_EQ(r->state().next_tx_seq.load(), 43u);
-  EXPECT_EQ(r->state().acked_seq.load(), 40u);
-  std::optional<std::pair<uint32_t, uint64_t>> slot = r->SlotOf(42);
+  EXPECT_EQ(r->state().npaths.load(), 8u);
+  EXPECT_EQ(r->path(3).next_tx_seq.load(), 43u);
+  EXPECT_EQ(r->path(3).acked_seq.load(), 40u);
+  EXPECT_EQ(r->path(0).next_tx_seq.load(), 0u);  // a path never used
+  std::optional<std::pair<uint32_t, uint64_t>> slot = r->SlotOf(3, 42);
   ASSERT_TRUE(slot.has_value());
   EXPECT_EQ(slot->first, 777u);
   EXPECT_EQ(slot->second, 9u);
   // A slot is valid for its own sequence only (the ring wraps).
-  EXPECT_FALSE(r->SlotOf(42 + NodeRecord::kSlots).has_value());
-  EXPECT_FALSE(r->SlotOf(41).has_value());
+  EXPECT_FALSE(r->SlotOf(3, 42 + NodeRecord::kSlots).has_value());
+  EXPECT_FALSE(r->SlotOf(3, 41).has_value());
+  // Sequence spaces are per path.
+  EXPECT_FALSE(r->SlotOf(2, 42).has_value());
   close(hold[0]);
   close(hold[1]);
 }
@@ -144,13 +149,16 @@ TEST_F(KernelNodeTest, ANewIncarnationForgetsSequencesAndSlots) {
   bool continued = true;
   ASSERT_TRUE(r->TryClaim(&continued));
   r->NewIncarnation(1);
-  r->NoteSlot(5, 100, 2);
-  r->state().next_tx_seq.store(6);
+  r->state().npaths.store(8);
+  r->NoteSlot(7, 5, 100, 2);
+  r->path(7).next_tx_seq.store(6);
+  r->path(7).next_rx_seq.store(9);
   r->NewIncarnation(2);
   EXPECT_EQ(r->state().gen.load(), 2u);
-  EXPECT_EQ(r->state().next_tx_seq.load(), 1u);
-  EXPECT_EQ(r->state().next_rx_seq.load(), 0u);
-  EXPECT_FALSE(r->SlotOf(5).has_value());
+  EXPECT_EQ(r->state().npaths.load(), 0u);
+  EXPECT_EQ(r->path(7).next_tx_seq.load(), 1u);
+  EXPECT_EQ(r->path(7).next_rx_seq.load(), 0u);
+  EXPECT_FALSE(r->SlotOf(7, 5).has_value());
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // transports/tcp/connect.cc — outgoing connections and socket tuning.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "conf/settings.h"
 #include "engine/log.h"
@@ -35,14 +39,54 @@ void Tune(int fd) {
   }
 }
 
-absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port) {
+namespace {
+
+// Binds `fd` to `laddr` and a source port p with p % 8 == path, from the
+// namespace's ephemeral range, as a 7.0+ kernel does for its path `path`
+// (kernel-rds.md §C.7): the node then knows the path from the port.
+int BindPathPort(int fd, const RdsAddr& laddr, int path) {
+  int lo = 32768, hi = 60999;
+  const int range = sys::Open("/proc/sys/net/ipv4/ip_local_port_range", O_RDONLY | O_CLOEXEC, 0);
+  if (range >= 0) {
+    char text[64] = {};
+    if (sys::Read(range, text, sizeof(text) - 1) <= 0 || sscanf(text, "%d %d", &lo, &hi) != 2) {
+      lo = 32768, hi = 60999;
+    }
+    sys::Close(range);
+  }
+  const int first = (lo + 7) / 8;  // groups of 8 ports, the first aligned
+  const int groups = hi / 8 - first;
+  if (groups <= 0) {
+    errno = EADDRNOTAVAIL;
+    return -1;
+  }
+  thread_local absl::BitGen gen;
+  const int start = absl::Uniform(gen, 0, groups);
+  for (int i = 0; i < std::min(groups, 256); ++i) {
+    const int port = ((first + (start + i) % groups) * 8) + path;
+    if (port < lo || port > hi) continue;
+    sockaddr_storage local;
+    socklen_t len = ToSockaddr(laddr, static_cast<uint16_t>(port), &local);
+    if (sys::Bind(fd, reinterpret_cast<sockaddr*>(&local), len) == 0) return 0;
+    if (errno != EADDRINUSE) return -1;
+  }
+  errno = EADDRINUSE;
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port,
+                            int path) {
   sockaddr_storage local, remote;
   socklen_t llen = ToSockaddr(laddr, 0, &local);
   socklen_t rlen = ToSockaddr(faddr, port, &remote);
   int fd = sys::Socket(remote.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrFormat("socket: %s", strerror(errno)));
   Tune(fd);
-  if (sys::Bind(fd, reinterpret_cast<sockaddr*>(&local), llen) != 0) {
+  const int bound = path >= 0 ? BindPathPort(fd, laddr, path)
+                              : sys::Bind(fd, reinterpret_cast<sockaddr*>(&local), llen);
+  if (bound != 0) {
     int err = errno;
     sys::Close(fd);
     return absl::UnavailableError(

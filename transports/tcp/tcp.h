@@ -24,7 +24,10 @@ namespace rds::tcp {
 absl::StatusOr<int> Listen(uint16_t port);
 // Accepts one connection; -1 with errno EAGAIN when none is pending.
 int Accept(int listen_fd, RdsEndpoint* peer, RdsEndpoint* local);
-absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port);
+// A non-blocking connection from laddr to faddr:port; `path` >= 0: from a
+// source port p with p % 8 == path (a kernel node's path, SPORT_IDX).
+absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port,
+                            int path = -1);
 // Socket options of every TCP link (both ends): no Nagle, keepalives, and the
 // congestion control named by RDS_PRELOAD_TCP_CONGESTION, if any.
 void Tune(int fd);

@@ -47,7 +47,8 @@ class TcpTransport final : public Transport {
     int fd = -1;
     absl::Status s = to.ns->RunIn([&]() -> absl::Status {
       absl::StatusOr<int> r =
-          tcp::Connect(to.laddr, to.faddr, static_cast<uint16_t>(conf::Get().tcp_port));
+          tcp::Connect(to.laddr, to.faddr, static_cast<uint16_t>(conf::Get().tcp_port),
+                       to.node_path);
       if (!r.ok()) return r.status();
       fd = *r;
       return absl::OkStatus();
