@@ -97,13 +97,15 @@ void Engine::RouteSubmitted() {
   }
   // The messages of a stream share their route: the path the previous one
   // took is reused while namespace, addresses, port and port generation are
-  // the same (no connection, route and path look-ups per message). Paths
-  // cannot go away during the batch: it runs with the run lock held.
+  // the same — and, to a kernel node, whose paths are chosen by the sending
+  // port, that port too (no connection, route and path look-ups per
+  // message). Paths cannot go away during the batch: it runs with the run
+  // lock held.
   Path* last_path = nullptr;
   struct RouteKey {
     const NetNs* ns;
     RdsAddr saddr, daddr;
-    uint16_t dport;
+    uint16_t sport, dport;
     std::optional<uint32_t> port_gen;
   } last;
   for (MessagePtr& mp : batch) {
@@ -113,11 +115,11 @@ void Engine::RouteSubmitted() {
     const NetNs* ns = m.sender->ns.get();
     if (last_path != nullptr && last_path->link && ns == last.ns &&
         m.header.dport == last.dport && m.port_gen == last.port_gen && m.daddr == last.daddr &&
-        m.saddr == last.saddr) {
+        m.saddr == last.saddr && (last_path->node_index < 0 || m.header.sport == last.sport)) {
       PathSend(*last_path, std::move(mp));
       continue;
     }
-    last = {ns, m.saddr, m.daddr, m.header.dport, m.port_gen};
+    last = {ns, m.saddr, m.daddr, m.header.sport, m.header.dport, m.port_gen};
     last_path = nullptr;
     // A copy: routing may release the message, and with it the sender.
     std::shared_ptr<NetNs> owned_ns = m.sender->ns;

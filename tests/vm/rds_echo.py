@@ -36,6 +36,10 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
                                             gaps=… order=…" and "dropped <recv_drop_old_seq>"
   rds_echo.py sink ADDR PORT RCVBUF SECONDS  binds with a small receive buffer, reads nothing for
                                             SECONDS, then drains: "drained N"
+  rds_echo.py fan ADDR BASE NPORTS PEER PPORT COUNT [LINGER]
+                                            NPORTS sockets (ports BASE..) stream COUNT numbered
+                                            messages each to PEER:PPORT at once (one thread each),
+                                            print "fanned", and stay LINGER seconds
 """
 import ctypes
 import os
@@ -125,6 +129,17 @@ def stream(addr, port, peer, pport, count, s=None):
             os.kill(kill_at[1], signal.SIGKILL)
             print(f"killed {kill_at[1]} after {i + 1}", flush=True)
     print(f"sent {count}", flush=True)
+
+
+def fan(addr, base, nports, peer, pport, count, linger="0"):
+    threads = [threading.Thread(target=stream, args=(addr, int(base) + i, peer, pport, count))
+               for i in range(int(nports))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"fanned {nports}x{count}", flush=True)
+    time.sleep(float(linger))
 
 
 def echo_stream(addr, port, peer, eport, rounds, cport, count):
@@ -291,4 +306,4 @@ def sink(addr, port, rcvbuf, seconds):
 if __name__ == "__main__":
     {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
      "collect": collect, "echo_stream": echo_stream, "duplex": duplex, "fill": fill,
-     "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally}[sys.argv[1]](*sys.argv[2:])
+     "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally, "fan": fan}[sys.argv[1]](*sys.argv[2:])

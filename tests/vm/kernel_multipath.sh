@@ -1,0 +1,55 @@
+#!/bin/bash
+# Runs INSIDE each of two guests of ../shared/vm (test_kernel_multipath.py starts them): a kernel
+# RDS node (modprobe rds_tcp) and a shim host whose processes use the node's 8 paths
+# (RDS_PRELOAD_KERNEL_PATHS=8; automatic would choose 1 with this 6.1 node). Two phases, each
+# with 16 sender sockets (their ports hash to every path) streaming numbered 64 B messages at
+# once (tests/vm/rds_echo.py fan) to one receiving socket (collect):
+#  shim-sends   the shim's senders, the node receiving; the shim's guest then counts its TCP
+#               connections to the node (8: every path);
+#  node-sends   the node's senders, the shim receiving.
+# Prints "RESULT <phase> <verdict…>" lines.
+# Usage: kernel_multipath.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
+set -u
+BUILD=$1 ROLE=$2 ME=$3 PEER=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+ECHO="python3 $HERE/rds_echo.py"
+PORTS=16
+COUNT=300
+sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
+if [ "$ROLE" = kernel ]; then
+  modprobe rds_tcp
+  RUN=""
+else
+  RUN="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3 RDS_PRELOAD_KERNEL_PATHS=8"
+fi
+
+phase() {  # NAME SENDER_ROLE BASE_PORT
+  local name=$1 sender=$2 base=$3
+  if [ "$ROLE" = "$sender" ]; then
+    vm_barrier "$name-ready"
+    # The senders stay a while after the last send: their connections are counted meanwhile.
+    $RUN timeout 120 $ECHO fan "$ME" $((base + 100)) "$PORTS" "$PEER" "$base" "$COUNT" 3 \
+      >/tmp/fan.out 2>&1 &
+    local fan=$!
+    for _ in $(seq 600); do grep -q fanned /tmp/fan.out && break; sleep 0.1; done
+    if [ "$ROLE" = shim ]; then
+      echo "RESULT $name-connections $(ss -Htn state established '( dport = :16385 or sport = :16385 )' | wc -l)"
+    fi
+    wait "$fan"
+    grep -v "^sent " /tmp/fan.out | tail -20
+    vm_barrier "$name-sent"
+  else
+    $RUN timeout 150 $ECHO collect "$ME" "$base" 6 >/tmp/collect.out 2>&1 &
+    local pid=$!
+    sleep 1
+    vm_barrier "$name-ready"
+    vm_barrier "$name-sent"
+    wait "$pid"
+    cat /tmp/collect.out
+    local good
+    good=$(grep -c "^source .* n=$COUNT dups=0 gaps=0 order=ok" /tmp/collect.out)
+    echo "RESULT $name $good of $PORTS senders complete, in order, no duplicate"
+  fi
+}
+phase shim-sends shim 7000
+phase node-sends kernel 7200
