@@ -28,12 +28,19 @@ phase() {  # NAME SENDER_ROLE BASE_PORT
   if [ "$ROLE" = "$sender" ]; then
     vm_barrier "$name-ready"
     # The senders stay a while after the last send: their connections are counted meanwhile.
-    $RUN timeout 120 $ECHO fan "$ME" $((base + 100)) "$PORTS" "$PEER" "$base" "$COUNT" 3 \
+    # (The paths come up one after another: each sender's first message waits for its own.)
+    $RUN timeout 120 $ECHO fan "$ME" $((base + 100)) "$PORTS" "$PEER" "$base" "$COUNT" 8 \
       >/tmp/fan.out 2>&1 &
     local fan=$!
     for _ in $(seq 600); do grep -q fanned /tmp/fan.out && break; sleep 0.1; done
     if [ "$ROLE" = shim ]; then
-      echo "RESULT $name-connections $(ss -Htn state established '( dport = :16385 or sport = :16385 )' | wc -l)"
+      local n=0
+      for _ in $(seq 70); do
+        n=$(ss -Htn state established '( dport = :16385 or sport = :16385 )' | wc -l)
+        [ "$n" -ge 8 ] && break
+        sleep 0.1
+      done
+      echo "RESULT $name-connections $n"
     fi
     wait "$fan"
     grep -v "^sent " /tmp/fan.out | tail -20

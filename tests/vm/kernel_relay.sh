@@ -30,7 +30,8 @@ if [ "$ROLE" = kernel ]; then
   exit 0
 fi
 # Not a function: `env … &` is the program itself (env execs it), so $! is what kill -9 hits.
-SHIM="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3"
+# KERNEL_PATHS (kernel_relay_8paths.sh): the shim's RDS_PRELOAD_KERNEL_PATHS (0: automatic).
+SHIM="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3 RDS_PRELOAD_KERNEL_PATHS=${KERNEL_PATHS:-0}"
 wait_for() {  # FILE PATTERN SECONDS
   for _ in $(seq $((10 * $3))); do
     grep -q "$2" "$1" 2>/dev/null && return 0

@@ -19,29 +19,33 @@ from vmlib import HERE, Checks, run_guests
 COUNT = 6000
 
 
+def check_run(out, order, checks):
+    """The checks of one run of kernel_relay.sh (`order`: the shim's address, for the report)."""
+    sources = {port: dict(re.findall(r"(\w+)=(\w+)", rest))
+               for port, rest in re.findall(r"RESULT source (\d+) (.*)", out)}
+    senders = dict(re.findall(r"RESULT sender (\w) (\d+)", out))
+
+    def check(ok, what):
+        checks.check(ok, f"shim on the {order} address: {what}")
+
+    check("RESULT killed A" in out, "the owner (A) was killed mid-stream")
+    for name, port in (("B", "5002"), ("C", "5003")):
+        got = sources.get(port, {})
+        check(senders.get(name) == "1", f"{name} finished sending")
+        check(got.get("n") == str(COUNT) and got.get("dups") == "0" and
+              got.get("gaps") == "0" and got.get("order") == "ok",
+              f"{name}'s {COUNT} messages arrived exactly once, in order: {got}")
+    a = sources.get("5001", {})
+    check(a.get("dups") == "0" and a.get("gaps") == "0" and a.get("order") == "ok",
+          f"what arrived of A's is a prefix of what it sent: {a}")
+
+
 def main():
     script = os.path.join(HERE, "kernel_relay.sh")
     checks = Checks("kernel relay")
     for shim_vm in ("vm1", "vm2"):
         out = run_guests(script, shim_vm, 280)
-        order = "smaller" if shim_vm == "vm1" else "larger"
-        sources = {port: dict(re.findall(r"(\w+)=(\w+)", rest))
-                   for port, rest in re.findall(r"RESULT source (\d+) (.*)", out)}
-        senders = dict(re.findall(r"RESULT sender (\w) (\d+)", out))
-
-        def check(ok, what):
-            checks.check(ok, f"shim on the {order} address: {what}")
-
-        check("RESULT killed A" in out, "the owner (A) was killed mid-stream")
-        for name, port in (("B", "5002"), ("C", "5003")):
-            got = sources.get(port, {})
-            check(senders.get(name) == "1", f"{name} finished sending")
-            check(got.get("n") == str(COUNT) and got.get("dups") == "0" and
-                  got.get("gaps") == "0" and got.get("order") == "ok",
-                  f"{name}'s {COUNT} messages arrived exactly once, in order: {got}")
-        a = sources.get("5001", {})
-        check(a.get("dups") == "0" and a.get("gaps") == "0" and a.get("order") == "ok",
-              f"what arrived of A's is a prefix of what it sent: {a}")
+        check_run(out, "smaller" if shim_vm == "vm1" else "larger", checks)
     checks.done()
 
 
