@@ -22,7 +22,9 @@ namespace rds {
 // ---------------------------------------------------------------------------
 // Accepting links: the hello a peer's link opens with says what it is for.
 
-void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns) {
+void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns,
+                           bool may_hand_over) {
+  if (tcp_ns && may_hand_over && HandNodeConnectionToOwner(link, tcp_ns)) return;
   if (tcp_ns && AdoptNodePathAtAccept(link, tcp_ns)) return;
   incoming_.insert(link);
   std::weak_ptr<Link> weak = link;
@@ -41,6 +43,51 @@ void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tc
     if (tcp_ns && ends) OnPoke(tcp_ns, *ends);
   };
   link->SetCallbacks(std::move(cb));
+}
+
+bool Engine::HandNodeConnectionToOwner(const std::shared_ptr<Link>& link,
+                                       const std::shared_ptr<NetNs>& tcp_ns) {
+  std::optional<Link::Endpoints> e = link->endpoints();
+  // Only a node with the smaller address opens paths (a larger one's
+  // connection is a poke, closed by the node itself).
+  if (!e || !(e->peer.addr < e->local.addr)) return false;
+  pid_t owner = 0;
+  auto it = connections_.find(ConnKey{tcp_ns->key(), e->local.addr, e->peer.addr});
+  if (it != connections_.end() && it->second->node_record) {
+    if (it->second->node_record->owned()) return false;
+    owner = it->second->node_record->OtherOwner();
+  } else {
+    // No Connection of ours holds the record (closing a descriptor of it
+    // would drop our POSIX locks): a look is harmless.
+    absl::StatusOr<std::unique_ptr<NodeRecord>> r =
+        NodeRecord::Open(tcp_ns->ports().dir(), e->local.addr, e->peer.addr, /*create=*/false);
+    if (!r.ok()) return false;  // no node there that this host knows of
+    owner = (*r)->OtherOwner();
+  }
+  if (owner <= 1) return false;
+  // Nothing was read from it: what the node's TCP acknowledged is all in
+  // the socket that goes to the owner.
+  control::Hello h;
+  h.kind = control::HelloKind::kHandoff;
+  h.relay = control::Relay::kNodeConnection;
+  h.pid = pid_;
+  h.gen = gen_;
+  h.uid = getuid();
+  h.ns = tcp_ns->key();
+  h.from_addr = e->local.addr;
+  h.to_addr = e->peer.addr;
+  absl::Status s = link->HandOver(HostRegistry::Get().EngineSocketPath(owner),
+                                  control::EncodeHello(h));
+  if (!s.ok()) {
+    log::Info("%s: could not pass the kernel node's connection to engine %d (%s); keeping it",
+              link->Describe(), owner, s.ToString());
+    return false;
+  }
+  log::Info("%s: a kernel node's connection, passed to engine %d, which holds the node's",
+            link->Describe(), owner);
+  stats::Inc(stats::kShimHandoffs);
+  link->Close();  // our descriptor only: the connection lives on in the owner
+  return true;
 }
 
 bool Engine::AdoptNodePathAtAccept(const std::shared_ptr<Link>& link,
@@ -127,6 +174,12 @@ void Engine::OnIncomingHello(const std::shared_ptr<Link>& link,
       std::shared_ptr<Link> tcp_link = transports_.Handed().Adopt(fd, "tcp handed over");
       if (!tcp_link) return;
       stats::Inc(stats::kShimHandoffs);
+      if (hello->relay == control::Relay::kNodeConnection) {
+        // A kernel node's connection, unread: as if this engine had accepted
+        // it (and not passed on again: no circles between engines).
+        WatchIncoming(tcp_link, ns, /*may_hand_over=*/false);
+        return;
+      }
       incoming_.insert(tcp_link);
       control::Hello as_link = *hello;
       as_link.kind = control::HelloKind::kLink;

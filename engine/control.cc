@@ -105,7 +105,7 @@ absl::StatusOr<Hello> DecodeHello(const wire::Header& header, const Payload& pay
   }
   if (r.remaining() > 0) {
     const uint8_t relay = r.U8();
-    if (!r.ok() || relay > 2) return absl::InvalidArgumentError("bad hello relay role");
+    if (!r.ok() || relay > 3) return absl::InvalidArgumentError("bad hello relay role");
     h.relay = static_cast<Relay>(relay);
   }
   return h;

@@ -51,6 +51,9 @@ enum class Relay : uint8_t {
   kNone = 0,
   kToOwner = 1,    // from a relayer to the engine that owns the node connection
   kFromOwner = 2,  // from the owner to an engine that has a port the node sends to
+  // A kHandoff: a TCP connection from the node that another engine of this
+  // host accepted, passed to the owner before anything was read from it.
+  kNodeConnection = 3,
 };
 
 struct Hello {

@@ -313,7 +313,12 @@ class Engine {
   // A link a peer opened (TransportContext::on_accept): its hello says what
   // it is for. `tcp_ns`: the namespace a link from another host was
   // accepted in; null for same-host links.
-  void WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns);
+  void WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns,
+                     bool may_hand_over = true);
+  // A connection from a kernel node whose connections another engine of this
+  // host owns goes to that engine unread (true: passed on).
+  bool HandNodeConnectionToOwner(const std::shared_ptr<Link>& link,
+                                 const std::shared_ptr<NetNs>& tcp_ns);
   // A connection from a kernel node whose several paths we use is one of
   // them as soon as it is accepted (true: taken or refused).
   bool AdoptNodePathAtAccept(const std::shared_ptr<Link>& link,

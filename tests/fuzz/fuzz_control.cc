@@ -99,7 +99,8 @@ struct Protocol {
       with.data()[relay_offset] = static_cast<uint8_t>(v);
       if (control::DecodeHello(m->header, with).ok()) relays.insert(static_cast<uint8_t>(v));
     }
-    FUZZ_CHECK(relays.count(0) && relays.count(1) && relays.count(2), "relay roles 0..2 not accepted");
+    FUZZ_CHECK(relays.count(0) && relays.count(1) && relays.count(2) && relays.count(3),
+               "relay roles 0..3 not accepted");
     for (uint32_t v = 0; v <= 0xffff; ++v) {
       Hello k;
       k.kind = static_cast<HelloKind>(v);
