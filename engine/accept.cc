@@ -101,7 +101,13 @@ bool Engine::AdoptNodePathAtAccept(const std::shared_ptr<Link>& link,
   // its own on each (its congestion map goes out on one of them): it is
   // known by its address. With one path, its map says what it is, as before.
   // (A node with the larger address connects only to poke: not a path.)
-  if (!c.kernel_peer || c.relaying() || c.node_npaths <= 1 || !(e->peer.addr < e->local.addr)) {
+  if (!c.kernel_peer || c.relaying() || c.node_npaths == 1 || !(e->peer.addr < e->local.addr)) {
+    return false;
+  }
+  if (c.node_npaths == 0) {
+    // Perhaps a further path, opened as soon as the node read our NPATHS:
+    // its first message says, or the agreement does (SetNodePaths).
+    if (Path* first = NodePathOf(c); first != nullptr && first->link) c.unclaimed.push_back(link);
     return false;
   }
   const int index = NodePathForAccepted(c, e->peer.port, /*map_first=*/false);

@@ -67,8 +67,7 @@ Path& Engine::GetPath(Connection& c, uint32_t pid, bool connect) {
 
 void Engine::ConnectPath(Path& p) {
   Connection& c = p.conn;
-  if (IsKernelPath(p) && NodePathHeld(c)) return;  // MaybeEndTakeoverHold connects
-  if (IsKernelPath(p) && !MayConnectNodePath(p)) return;  // ConnectNodePaths or the node does
+  if (IsKernelPath(p) && (!MayConnectNodePath(p) || DelayNodeReopen(p))) return;
   if (fault::Enabled()) {
     if (fault::FailConnect()) {
       stats::Inc(stats::kShimConnFailed);

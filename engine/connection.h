@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -90,6 +91,10 @@ class Path {
   // (its retransmissions go first): a message it flags RETRANSMITTED was
   // first sent to our previous incarnation, whose sockets are gone.
   bool stale_until_pong = false;
+  // A node path during a takeover's hold (Connection::Takeover): messages
+  // wait in the backlog — sorted by sequence when the hold ends — and what
+  // the node sends is received.
+  bool tx_held = false;
   // At a kernel node connection's owner: a path to another engine of this
   // host that relays the node's traffic through us (keyed by its pid).
   bool relay_peer = false;
@@ -104,6 +109,7 @@ class Path {
     std::shared_ptr<RdsSocket> socket;
   } last_destination;
   bool connect_delayed = false;        // fault injection: the delay was served
+  bool reopen_waited = false;          // Engine::DelayNodeReopen was served
   absl::Duration backoff = absl::ZeroDuration();
   // A kernel node's path: when it last came up, and how many times in a row
   // it went down within a second of that (Engine::NoteKernelPathDown).
@@ -138,6 +144,10 @@ class Connection {
   std::deque<int> pings_unanswered;
   bool node_sport_idx = false;
   EventLoop::TimerId handshake_timer = 0;
+  // Connections the node opened before the number of paths was agreed that
+  // sent nothing yet (a further path has no first message of its own): they
+  // become paths when it is (Engine::SetNodePaths).
+  std::vector<std::weak_ptr<Link>> unclaimed;
   // The node connection is host-wide (engine/kernel_node.h): with the record
   // owned, the node's path is our TCP connection to it; otherwise it is a
   // same-host link to `node_owner`, the engine that owns it (a relay).

@@ -245,6 +245,10 @@ class Engine {
   // always; the others from the smaller address, after path 0, one at a time.
   static bool MayConnectNodePath(const Path& p);
   void ConnectNodePaths(Connection& c);
+  // With a node that numbers paths in order of arrival, reopening them all
+  // waits a moment first (true: ConnectPath is called again then).
+  bool DelayNodeReopen(Path& p);
+  static constexpr absl::Duration kOrderedReopenDelay = absl::Milliseconds(300);
   static constexpr absl::Duration kHandshakeWait = absl::Seconds(2);
   // A node's path went down: one reset right after another says that the
   // node keeps its one connection for this address pair with someone else.

@@ -61,13 +61,6 @@ Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int ind
     link->Close();
     return nullptr;
   }
-  if (NodePathHeld(c)) {
-    // Survivors are still sending what a dead owner had not confirmed: the
-    // node reconnects after the hold (Engine::StartTakeover).
-    log::Info("%s: the node connected during a takeover's hold; closing", link->Describe());
-    link->Close();
-    return nullptr;
-  }
   if (!link->ReportTransportAcks()) {
     // Nothing would ever free what is sent to the node: refuse loudly.
     log::Error("%s: a kernel RDS node on a link that cannot report acknowledgements; closing",
@@ -78,6 +71,10 @@ Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int ind
   Path& p = GetPath(c, NodePathKey(index), /*connect=*/false);
   if (p.connecting && p.connecting != link) p.connecting->Close();
   p.connecting.reset();
+  // Survivors may still be sending what a dead owner had not confirmed
+  // (Engine::StartTakeover): the node's messages are read meanwhile (its TCP
+  // acknowledges them as they arrive), ours wait.
+  if (NodePathHeld(c)) p.tx_held = true;
   AttachLink(p, link, p.peer_gen, 0);
   return &p;
 }
@@ -139,6 +136,23 @@ void Engine::SetNodePaths(Connection& c, int n) {
   Connection* cp = &c;
   loop_.Defer([this, cp] { ResolvePending(*cp); });
   ConnectNodePaths(c);
+  // The node's connections that came before and are still silent.
+  std::vector<std::weak_ptr<Link>> unclaimed;
+  unclaimed.swap(c.unclaimed);
+  if (n <= 1) return;  // not further paths after all: their first message decides
+  for (const std::weak_ptr<Link>& weak : unclaimed) {
+    std::shared_ptr<Link> link = weak.lock();
+    if (!link || !incoming_.contains(link)) continue;  // gone, or its first message placed it
+    std::optional<Link::Endpoints> e = link->endpoints();
+    if (!e) continue;
+    incoming_.erase(link);
+    const int index = NodePathForAccepted(c, e->peer.port, /*map_first=*/false);
+    if (index < 0) {
+      link->Close();
+      continue;
+    }
+    AdoptKernelLink(c, link, index);
+  }
 }
 
 int Engine::NodePathForAccepted(Connection& c, uint16_t peer_port, bool map_first) {
@@ -178,6 +192,32 @@ bool Engine::MayConnectNodePath(const Path& p) {
     if (i == 0 && (it == c.paths.end() || !it->second->link)) return false;
     if (i != p.node_index && it != c.paths.end() && it->second->connecting) return false;
   }
+  return true;
+}
+
+bool Engine::DelayNodeReopen(Path& p) {
+  Connection& c = p.conn;
+  if (p.node_index != 0 || c.node_npaths <= 1 || c.node_sport_idx || !(c.key.laddr < c.key.faddr)) {
+    return false;
+  }
+  for (int i = 0; i < c.node_npaths; ++i) {
+    auto it = c.paths.find(NodePathKey(i));
+    if (it != c.paths.end() && it->second->link) return false;
+  }
+  if (p.reopen_waited) {
+    p.reopen_waited = false;
+    return false;
+  }
+  // Every path is down, and the node numbers paths by arrival: it frees
+  // each slot through a worker (ERROR, DISCONNECTING, DOWN) and skips one
+  // still being freed, so paths reopened at once could meet other paths'
+  // sequence numbers. Not before its workers ran.
+  p.reopen_waited = true;
+  Path* pp = &p;
+  p.retry_timer = loop_.After(kOrderedReopenDelay, [this, pp] {
+    pp->retry_timer = 0;
+    if (!pp->link && !pp->connecting) ConnectPath(*pp);
+  });
   return true;
 }
 

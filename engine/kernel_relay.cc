@@ -264,6 +264,9 @@ void Engine::StartTakeover(Connection& c, uint32_t previous_owner) {
   t->holding = !t->waiting.empty();
   Connection* cp = &c;
   if (t->holding) {
+    for (auto& [key, p] : c.paths) {
+      if (p->node_index >= 0) p->tx_held = true;
+    }
     // The node paths stay closed meanwhile (ConnectPath, AdoptKernelLink).
     t->timer = loop_.After(kTakeoverHold, [this, cp] {
       cp->takeover->timer = 0;
@@ -313,10 +316,13 @@ void Engine::MaybeEndTakeoverHold(Connection& c) {
   // new message took a later sequence).
   for (auto& [key, p] : c.paths) {
     if (p->node_index < 0) continue;
-    std::stable_sort(p->backlog.begin(), p->backlog.end(),
-                     [](const MessagePtr& a, const MessagePtr& b) {
-                       return a->header.sequence < b->header.sequence;
-                     });
+    p->tx_held = false;
+    std::deque<MessagePtr> backlog;
+    backlog.swap(p->backlog);
+    std::stable_sort(backlog.begin(), backlog.end(), [](const MessagePtr& a, const MessagePtr& b) {
+      return a->header.sequence < b->header.sequence;
+    });
+    for (MessagePtr& m : backlog) Transmit(*p, std::move(m));  // back to the backlog if down
   }
   Path* p = NodePathOf(c);
   if (p != nullptr && !p->link && !p->connecting && !p->retry_timer) ConnectPath(*p);

@@ -179,7 +179,7 @@ void Engine::PathSend(Path& p, MessagePtr m) {
 }
 
 void Engine::Transmit(Path& p, MessagePtr m) {
-  if (!p.link) {
+  if (!p.link || p.tx_held) {
     p.backlog.push_back(std::move(m));
     return;
   }
