@@ -8,13 +8,8 @@
 set -u
 BUILD=$1 ROLE=$2 VM=$3 ME=$4 PEER=$5 SECS=$6
 BENCH="$BUILD/tools/rds-bench"
-sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
-if [ "$ROLE" = kernel ]; then
-  modprobe rds_tcp
-  RUN=""
-else
-  RUN="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds"
-fi
+. "$(dirname "$0")/guest_lib.sh"
+guest_setup "$BUILD" "$ROLE"
 measure() {  # NAME CLIENT_VM SERVER_ROLE CLIENT_ROLE PORT
   local name=$1 client=$2 srole=$3 crole=$4 port=$5
   if [ "$VM" != "$client" ]; then

@@ -13,24 +13,10 @@
 # Usage: kernel_faults.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
 BUILD=$1 ROLE=$2 ME=$3 PEER=$4
-HERE=$(cd "$(dirname "$0")" && pwd)
-ECHO="python3 $HERE/rds_echo.py"
 COUNT=20000
-sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
-if [ "$ROLE" = kernel ]; then
-  modprobe rds_tcp
-  RUN=""
-else
-  RUN="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3"
-fi
+. "$(dirname "$0")/guest_lib.sh"
+guest_setup "$BUILD" "$ROLE" RDS_PRELOAD_LOG_LEVEL=3
 
-wait_for() {  # FILE PATTERN SECONDS
-  for _ in $(seq $((10 * $3))); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # --- reconnect
 port=$([ "$ROLE" = kernel ] && echo 4001 || echo 5001)

@@ -9,21 +9,12 @@
 # Usage: kernel_interop.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
 BUILD=$1 ROLE=$2 ME=$3 PEER=$4
-HERE=$(cd "$(dirname "$0")" && pwd)
 SIZES=64,1024,65536,1048576
 ROUNDS=3
 COUNT=$((4 * ROUNDS))
-# A 1 MiB message needs a send buffer of 1 MiB, which the default net.core.wmem_max caps.
-sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
-[ "$ROLE" = kernel ] && modprobe rds_tcp
-run() {
-  if [ "$ROLE" = shim ]; then
-    env LD_PRELOAD="$BUILD/preload/librds_preload.so" RDS_PRELOAD_RUNDIR=/tmp/rds \
-      RDS_PRELOAD_LOG_LEVEL=3 "$@"
-  else
-    "$@"
-  fi
-}
+. "$(dirname "$0")/guest_lib.sh"
+guest_setup "$BUILD" "$ROLE" RDS_PRELOAD_LOG_LEVEL=3
+run() { $RUN "$@"; }
 phase() {  # NAME SERVER_ROLE PORT
   local name=$1 server=$2 port=$3
   if [ "$ROLE" = "$server" ]; then

@@ -11,17 +11,10 @@
 # Usage: kernel_multipath.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
 BUILD=$1 ROLE=$2 ME=$3 PEER=$4
-HERE=$(cd "$(dirname "$0")" && pwd)
-ECHO="python3 $HERE/rds_echo.py"
 PORTS=16
 COUNT=300
-sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
-if [ "$ROLE" = kernel ]; then
-  modprobe rds_tcp
-  RUN=""
-else
-  RUN="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3 RDS_PRELOAD_KERNEL_PATHS=8"
-fi
+. "$(dirname "$0")/guest_lib.sh"
+guest_setup "$BUILD" "$ROLE" RDS_PRELOAD_LOG_LEVEL=3 RDS_PRELOAD_KERNEL_PATHS=8
 
 phase() {  # NAME SENDER_ROLE BASE_PORT
   local name=$1 sender=$2 base=$3

@@ -11,14 +11,13 @@
 # Usage: kernel_relay.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
 BUILD=$1 ROLE=$2 ME=$3 PEER=$4
-HERE=$(cd "$(dirname "$0")" && pwd)
 ROUNDS=10
 COUNT=6000
 KILL_AT=1500
-ECHO="python3 $HERE/rds_echo.py"
-sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216
+. "$(dirname "$0")/guest_lib.sh"
+# KERNEL_PATHS (kernel_relay_8paths.sh): the shim's RDS_PRELOAD_KERNEL_PATHS (0: automatic).
+guest_setup "$BUILD" "$ROLE" RDS_PRELOAD_LOG_LEVEL=3 RDS_PRELOAD_KERNEL_PATHS="${KERNEL_PATHS:-0}"
 if [ "$ROLE" = kernel ]; then
-  modprobe rds_tcp
   timeout 250 $ECHO server "$ME" 4000 $((3 * ROUNDS)) >/tmp/echo.out 2>&1 &
   timeout 250 $ECHO collect "$ME" 4001 25 >/tmp/collect.out 2>&1 &
   collector=$!
@@ -30,15 +29,7 @@ if [ "$ROLE" = kernel ]; then
   exit 0
 fi
 # Not a function: `env … &` is the program itself (env execs it), so $! is what kill -9 hits.
-# KERNEL_PATHS (kernel_relay_8paths.sh): the shim's RDS_PRELOAD_KERNEL_PATHS (0: automatic).
-SHIM="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3 RDS_PRELOAD_KERNEL_PATHS=${KERNEL_PATHS:-0}"
-wait_for() {  # FILE PATTERN SECONDS
-  for _ in $(seq $((10 * $3))); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+SHIM=$RUN
 vm_barrier start
 $SHIM $ECHO echo_stream "$ME" 5001 "$PEER" 4000 "$ROUNDS" 4001 $((10 * COUNT)) >/tmp/A.out 2>&1 &
 A=$!
