@@ -154,9 +154,7 @@ void Engine::OnIncomingHello(const std::shared_ptr<Link>& link,
       link->Close();  // every path is up: the kernel resets such a connection
       return;
     }
-    if (Path* p = AdoptKernelLink(c, link, index)) {
-      OnPathMessage(*p, std::move(h), std::move(payload));
-    }
+    AdoptKernelLink(c, link, index, std::move(h), std::move(payload));
     return;
   }
   absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);

@@ -146,14 +146,15 @@ void Engine::ConnectPath(Path& p) {
       // node's path, and what waited for that engine goes there.
       pp->connecting.reset();
       Connection& c = pp->conn;
+      Engine* self = this;  // this callback is replaced (destroyed) by the adoption
       std::deque<MessagePtr> moved;
       for (MessagePtr& m : pp->backlog) {
         m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
         moved.push_back(std::move(m));
       }
       pp->backlog.clear();
-      if (Path* node = AdoptKernelLink(c, l, 0)) OnPathMessage(*node, std::move(h), std::move(payload));
-      for (MessagePtr& m : moved) SendToNode(c, std::move(m));
+      self->AdoptKernelLink(c, l, 0, std::move(h), std::move(payload));
+      for (MessagePtr& m : moved) self->SendToNode(c, std::move(m));
       return;
     }
     absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);

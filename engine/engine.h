@@ -223,6 +223,11 @@ class Engine {
   // Makes `link` the node's path `index`; null if it was refused (closed).
   // The caller passes the link's first message on, if it read one.
   Path* AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index);
+  // The same with the link's first message, which then goes to the path. For
+  // a link's own message callback: the callback is replaced (destroyed) on
+  // the way, so the caller touches nothing of it afterwards.
+  void AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index, wire::Header&& first,
+                       Payload&& payload);
   // A handshake ping (or, `pong`, its answer): our NPATHS (NpathsToAdvertise),
   // generation and SPORT_IDX. Its answer agrees the number of paths.
   void SendHandshake(Path& p, bool pong);

@@ -79,6 +79,13 @@ Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int ind
   return &p;
 }
 
+void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index,
+                             wire::Header&& first, Payload&& payload) {
+  if (Path* p = AdoptKernelLink(c, std::move(link), index)) {
+    OnPathMessage(*p, std::move(first), std::move(payload));
+  }
+}
+
 namespace {
 // A port's bucket among a node's 8 possible paths: fixed for the port (its
 // messages keep their order) and the same in every engine (a new owner after
@@ -372,9 +379,7 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
       SchedulePathRetry(*pp);
       return;
     }
-    if (Path* q = AdoptKernelLink(pp->conn, l, pp->node_index)) {
-      OnPathMessage(*q, std::move(h), std::move(payload));
-    }
+    AdoptKernelLink(pp->conn, l, pp->node_index, std::move(h), std::move(payload));
   };
   cb.on_closed = [this, pp, weak](const absl::Status& why) {
     Connection& c = pp->conn;

@@ -250,9 +250,7 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     if (!l || cp->query_link != l) return;
     if (LooksLikeKernelNode(h)) {
       // Not an engine but a kernel node: this connection is its path.
-      if (Path* p = AdoptKernelLink(*cp, l, 0)) {
-        OnPathMessage(*p, std::move(h), std::move(payload));
-      }
+      AdoptKernelLink(*cp, l, 0, std::move(h), std::move(payload));
       return;
     }
     absl::StatusOr<control::Hello> hello = control::DecodeHello(h, payload);

@@ -69,8 +69,11 @@ TEST(ControlTest, RelayRoleRoundTripsAndUnknownRolesAreRejected) {
   h.relay = Relay::kToOwner;
   m = EncodeHello(h);
   EXPECT_EQ(DecodeHello(m->header, m->payload)->relay, Relay::kToOwner);
+  h.relay = Relay::kNodeConnection;
+  m = EncodeHello(h);
+  EXPECT_EQ(DecodeHello(m->header, m->payload)->relay, Relay::kNodeConnection);
   Payload bad(m->payload.data(), m->payload.size());
-  bad.data()[bad.size() - 1] = 3;
+  bad.data()[bad.size() - 1] = 4;
   EXPECT_FALSE(DecodeHello(m->header, bad).ok());
 }
 
