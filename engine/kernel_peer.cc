@@ -135,6 +135,12 @@ void Engine::SetNodePaths(Connection& c, int n) {
               c.key.faddr.ToString(), n, n == 1 ? "" : "s",
               n > 1 ? (c.node_sport_idx ? " (mapped by source port)" : " (mapped in order)") : "");
   }
+  if (n > 1 && !c.node_sport_idx) {
+    log::Warn("%s -> %s: %d paths (RDS_PRELOAD_KERNEL_PATHS) with a kernel node that numbers them "
+              "by arrival (Linux 6.x): across reconnects messages can be lost or duplicated, as "
+              "between 6.x kernels; the automatic setting uses one path with such a node",
+              c.key.laddr.ToString(), c.key.faddr.ToString(), n);
+  }
   c.node_npaths = n;
   if (c.node_record && c.node_record->owned()) {
     c.node_record->state().npaths.store(static_cast<uint32_t>(n), std::memory_order_relaxed);
