@@ -183,6 +183,9 @@ class Connection {
   std::shared_ptr<Link> query_link;             // a route query to the host in flight
   uint16_t query_link_port = 0;
   absl::Duration query_backoff = absl::ZeroDuration();
+  // The last route query could not reach the host (no connection; not one
+  // its listener took and closed, as a kernel node does with a poke).
+  bool query_unreachable = false;
   EventLoop::TimerId query_timer = 0;
 
   Path* AnyUpPath() {

@@ -27,10 +27,11 @@ inline bool PathUnreachable(const Path& p) {
   return !p.link && !p.connecting && p.backoff > FirstReconnectBackoff();
 }
 
-// Route queries to the connection's host fail (its connection attempts do),
-// and no path to it is up.
+// Route queries to the connection's host fail (its connection attempts do:
+// a host whose listener takes the connection and closes it is there, as a
+// kernel node rejecting a poke is), and no path to it is up.
 inline bool QueriesFail(Connection& c) {
-  return !c.AnyUpPath() && !c.query_link && c.query_backoff >= FirstReconnectBackoff();
+  return !c.AnyUpPath() && !c.query_link && c.query_unreachable;
 }
 
 // The sending socket was closed (its last fd). Called on the engine thread.

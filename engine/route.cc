@@ -204,13 +204,18 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
       absl::StrFormat("query %s->%s:%d", c.key.laddr.ToString(), c.key.faddr.ToString(), port));
   const absl::Status s = opened.status();
   Connection* cp = &c;
-  auto retry = [this, cp] {
+  // Asks again after a back-off; `reached`: the host took the connection (and
+  // closed it), so what closed sockets left waiting still has somewhere to go.
+  auto retry = [this, cp](bool reached) {
     const conf::Settings& cfg = conf::Get();
     thread_local absl::BitGen gen;
     cp->query_backoff =
         std::clamp(cp->query_backoff * 2, FirstReconnectBackoff(),
                    absl::Milliseconds(cfg.reconnect_max_delay_ms));
-    for (auto& [port, q] : cp->unresolved) DropClosedSenders(q, nullptr);
+    cp->query_unreachable = !reached;
+    if (!reached) {
+      for (auto& [port, q] : cp->unresolved) DropClosedSenders(q, nullptr);
+    }
     absl::Duration delay = absl::Milliseconds(absl::Uniform<int64_t>(
         gen, 0, std::max<int64_t>(absl::ToInt64Milliseconds(cp->query_backoff), 1)));
     cp->query_timer = loop_.After(delay, [this, cp] {
@@ -223,7 +228,7 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     if (absl::IsNotFound(s)) {
       NoEngineAt(c);
     } else {
-      retry();
+      retry(/*reached=*/false);
     }
     return;
   }
@@ -232,9 +237,11 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
   c.query_link_port = port;
   std::weak_ptr<Link> weak = link;
   Link::Callbacks cb;
-  cb.on_connected = [this, cp, weak, port] {
+  auto reached = std::make_shared<bool>(false);
+  cb.on_connected = [this, cp, weak, port, reached] {
     auto l = weak.lock();
     if (!l) return;
+    *reached = true;
     control::Hello h;
     h.kind = control::HelloKind::kQuery;
     h.pid = pid_;
@@ -263,10 +270,11 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
       return;
     }
     cp->query_backoff = absl::ZeroDuration();
+    cp->query_unreachable = false;
     OnRouteAnswer(*cp, port, hello->answer_pid);
     ResolvePending(*cp);
   };
-  cb.on_closed = [this, cp, weak, retry](const absl::Status& why) {
+  cb.on_closed = [this, cp, weak, retry, reached](const absl::Status& why) {
     auto l = weak.lock();
     if (cp->query_link != l) return;
     cp->query_link.reset();
@@ -274,7 +282,7 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     if (absl::IsNotFound(why)) {
       NoEngineAt(*cp);
     } else {
-      retry();
+      retry(/*reached=*/*reached || absl::IsAborted(why));
     }
   };
   link->SetCallbacks(std::move(cb));
@@ -319,6 +327,7 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
 // host drops messages for a port nobody bound; the next message asks again.
 void Engine::NoEngineAt(Connection& c) {
   c.query_backoff = absl::ZeroDuration();  // an answer, not a failure
+  c.query_unreachable = false;
   c.probes_left = 0;
   std::vector<uint16_t> ports;
   for (auto& [port, q] : c.unresolved) ports.push_back(port);

@@ -60,7 +60,9 @@ class Link {
     // from the event loop (never from inside Send); messages sent after the
     // failure and before this callback are silently dropped. An outgoing
     // link whose connection was refused (nobody serves that address) reports
-    // NotFound; other failures are Unavailable.
+    // NotFound; one the peer reset before it was seen connected (it accepted,
+    // then closed: a kernel RDS node rejecting a poke) Aborted; other
+    // failures are Unavailable.
     std::function<void(const absl::Status& why)> on_closed;
   };
 

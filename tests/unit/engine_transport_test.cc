@@ -511,6 +511,48 @@ TEST(EngineWithKernelNode, LargerAddressWaitsForTheNodeToConnect) {
   EXPECT_TRUE(ch->reports_transport_acks());
 }
 
+// A socket closed right after sending to a node that rejected our poke: the
+// host is there (its listener took the connection) and connects back, so the
+// message is not one a closed socket leaves for an unreachable host (DESIGN.md
+// §3.3): it goes, whether the reset came before or after we saw the connection.
+TEST(EngineWithKernelNode, AClosedSocketsMessageWaitsForANodeThatRejectedThePoke) {
+  const struct {
+    const char* node;
+    bool seen_connected;
+  } cases[] = {{"10.99.1.10", true}, {"10.99.1.11", false}};
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.node);
+    const uint64_t dropped = stats::Get(stats::kShimSendDropCancelled);
+    std::optional<Attempt> a;
+    {
+      TestSocket s(4103);
+      ASSERT_TRUE(s.SendTo(k.node, 5103, "sent, then closed").ok());
+      a = NextAttemptTo(k.node);
+      ASSERT_TRUE(a.has_value());
+    }  // closed while its message waits for the route query
+    if (k.seen_connected) {
+      a->channel->Connected();
+      a->channel->Fail(absl::UnavailableError("read: reset by the node"));
+    } else {
+      a->channel->Fail(absl::AbortedError("connect: accepted, then reset"));
+    }
+    // The retry (after its back-off) shows the failure was taken in.
+    ASSERT_TRUE(NextAttemptTo(k.node).has_value());
+
+    absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+    ASSERT_TRUE(ns.ok());
+    RdsEndpoint local{V4("127.0.0.1"), 16385}, peer{V4(k.node), 40000};
+    std::shared_ptr<MemChannel> ch = network->OpenToEngine(*ns, Link::Endpoints{local, peer});
+    ASSERT_NE(ch, nullptr);
+    ch->Deliver(CongMapHeader(), EmptyCongMap());
+    ch->Deliver(HandshakeHeader(/*pong=*/true, 1, 1, false));
+    std::optional<Record> data = ch->NextWhere(IsData);
+    ASSERT_TRUE(data.has_value()) << "the closed socket's message was dropped";
+    EXPECT_EQ(Text(*data), "sent, then closed");
+    EXPECT_EQ(stats::Get(stats::kShimSendDropCancelled), dropped);
+  }
+}
+
 TEST(EngineWithKernelNode, APokeFromALargerNodeIsAnsweredByConnecting) {
   TestSocket s(4102);
   absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
@@ -635,7 +677,9 @@ TEST(EngineWithKernelNode, SmallerAddressOpensEightPathsToANodeThatMapsBySourceP
     EXPECT_EQ(got.header.sport, 4200 + k);
     ASSERT_TRUE(socks[k]->SendTo(node, 5200, "two").ok());
     EXPECT_EQ(ChannelOfNextData(paths, &got), first) << "port " << 4200 + k << " changed path";
-    if (k == 0) EXPECT_EQ(first, first_path);
+    if (k == 0) {
+      EXPECT_EQ(first, first_path);
+    }
     used.insert(first);
     path_of[got.header.sport] = first;
   }

@@ -265,10 +265,16 @@ void StreamLink::OnEvents(uint32_t events) {
     if (err != 0) {
       stats::Inc(stats::kShimConnFailed);
       // Refused: nothing listens there (for a TCP link: no RDS endpoint
-      // serves that host), which is not a failure worth retrying.
-      Fail(err == ECONNREFUSED
-               ? absl::NotFoundError("connect: nothing listens there (connection refused)")
-               : absl::UnavailableError(absl::StrFormat("connect: %s", strerror(err))));
+      // serves that host), which is not a failure worth retrying. Reset
+      // before we saw it connected: the host's listener took it and closed
+      // it (a kernel RDS node rejecting a poke), so the host is there.
+      if (err == ECONNREFUSED) {
+        Fail(absl::NotFoundError("connect: nothing listens there (connection refused)"));
+      } else if (err == ECONNRESET || err == EPIPE) {
+        Fail(absl::AbortedError(absl::StrFormat("connect: accepted, then %s", strerror(err))));
+      } else {
+        Fail(absl::UnavailableError(absl::StrFormat("connect: %s", strerror(err))));
+      }
       return;
     }
     connecting_ = false;
