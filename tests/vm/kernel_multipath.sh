@@ -7,6 +7,10 @@
 #  shim-sends   the shim's senders, the node receiving; the shim's guest then counts its TCP
 #               connections to the node (8: every path);
 #  node-sends   the node's senders, the shim receiving.
+# The shim's sending process stays until the end, holding the node's connections (its engine
+# owns them; the collecting process relays through it): nothing reconnects between the phases.
+# A reconnect is a fault with a 6.x node, which puts connections in the first free slot rather
+# than the slot they were opened for (DESIGN.md §3.5); this test is about paths without faults.
 # Prints "RESULT <phase> <verdict…>" lines.
 # Usage: kernel_multipath.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
@@ -20,12 +24,13 @@ phase() {  # NAME SENDER_ROLE BASE_PORT
   local name=$1 sender=$2 base=$3
   if [ "$ROLE" = "$sender" ]; then
     vm_barrier "$name-ready"
-    # The senders stay a while after the last send: their connections are counted meanwhile.
-    # (The paths come up one after another: each sender's first message waits for its own.)
-    $RUN timeout 120 $ECHO fan "$ME" $((base + 100)) "$PORTS" "$PEER" "$base" "$COUNT" 8 \
-      >/tmp/fan.out 2>&1 &
-    local fan=$!
-    for _ in $(seq 600); do grep -q fanned /tmp/fan.out && break; sleep 0.1; done
+    # The senders stay after the last send (the node's connections are counted meanwhile; on
+    # the shim, see above). The paths come up one after another: each sender's first message
+    # waits for its own.
+    $RUN timeout 170 $ECHO fan "$ME" $((base + 100)) "$PORTS" "$PEER" "$base" "$COUNT" 160 \
+      >/tmp/fan-$name.out 2>&1 &
+    fans+=($!)
+    wait_for /tmp/fan-$name.out fanned 60
     if [ "$ROLE" = shim ]; then
       local n=0
       for _ in $(seq 70); do
@@ -35,11 +40,11 @@ phase() {  # NAME SENDER_ROLE BASE_PORT
       done
       echo "RESULT $name-connections $n"
     fi
-    wait "$fan"
-    grep -v "^sent " /tmp/fan.out | tail -20
+    grep -v "^sent " /tmp/fan-$name.out | tail -20
     vm_barrier "$name-sent"
   else
-    $RUN timeout 150 $ECHO collect "$ME" "$base" 6 >/tmp/collect.out 2>&1 &
+    # The first message may take seconds (a Python start, the paths opened one by one).
+    $RUN timeout 150 $ECHO collect "$ME" "$base" 6 60 >/tmp/collect.out 2>&1 &
     local pid=$!
     sleep 1
     vm_barrier "$name-ready"
@@ -51,5 +56,8 @@ phase() {  # NAME SENDER_ROLE BASE_PORT
     echo "RESULT $name $good of $PORTS senders complete, in order, no duplicate"
   fi
 }
+fans=()
 phase shim-sends shim 7000
 phase node-sends kernel 7200
+[ ${#fans[@]} -gt 0 ] && kill "${fans[@]}" 2>/dev/null
+wait

@@ -16,9 +16,10 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py echo_stream ADDR PORT PEER EPORT ROUNDS CPORT COUNT
                                             in one process: ROUNDS 64 B round trips to PEER:EPORT
                                             (from PORT+100; prints "echoed"), then stream to CPORT
-  rds_echo.py collect ADDR PORT IDLE        receives numbered messages until none came for IDLE
-                                            seconds; prints per sender "source PORT n=N dups=D
-                                            gaps=G order=ok|bad"
+  rds_echo.py collect ADDR PORT IDLE [FIRST]
+                                            receives numbered messages until none came for IDLE
+                                            seconds (FIRST seconds for the first one); prints per
+                                            sender "source PORT n=N dups=D gaps=G order=ok|bad"
   rds_echo.py duplex ADDR PORT PEER PPORT COUNT IDLE
                                             stream (as above) and collect on one socket at once,
                                             then print "counter recv_drop_old_seq N"
@@ -39,7 +40,7 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py fan ADDR BASE NPORTS PEER PPORT COUNT [LINGER]
                                             NPORTS sockets (ports BASE..) stream COUNT numbered
                                             messages each to PEER:PPORT at once (one thread each),
-                                            print "fanned", and stay LINGER seconds
+                                            print "fanned", and stay open LINGER seconds
 """
 import ctypes
 import os
@@ -132,7 +133,11 @@ def stream(addr, port, peer, pport, count, s=None):
 
 
 def fan(addr, base, nports, peer, pport, count, linger="0"):
-    threads = [threading.Thread(target=stream, args=(addr, int(base) + i, peer, pport, count))
+    # The sockets stay open while lingering: closing an RDS socket drops what it
+    # sent that is not yet acknowledged (kernel rds_release), here as on a node.
+    socks = [rds_socket(addr, int(base) + i) for i in range(int(nports))]
+    threads = [threading.Thread(target=stream,
+                                args=(addr, int(base) + i, peer, pport, count, socks[i]))
                for i in range(int(nports))]
     for t in threads:
         t.start()
@@ -140,6 +145,8 @@ def fan(addr, base, nports, peer, pport, count, linger="0"):
         t.join()
     print(f"fanned {nports}x{count}", flush=True)
     time.sleep(float(linger))
+    for s in socks:
+        s.close()
 
 
 def echo_stream(addr, port, peer, eport, rounds, cport, count):
@@ -148,14 +155,15 @@ def echo_stream(addr, port, peer, eport, rounds, cport, count):
     stream(addr, port, peer, cport, count)
 
 
-def collect(addr, port, idle, s=None):
+def collect(addr, port, idle, first=None, s=None):
     s = s or rds_socket(addr, int(port))
-    s.settimeout(float(idle))
+    s.settimeout(float(first or idle))
     print("ready", flush=True)
     seen = {}
     try:
         while True:
             data, src = s.recvfrom(1 << 16)
+            s.settimeout(float(idle))
             sender, seq = data.rstrip(b".").decode().split(":")
             seen.setdefault(sender, []).append(int(seq))
     except socket.timeout:
@@ -193,7 +201,7 @@ def duplex(addr, port, peer, pport, count, idle):
     s = rds_socket(addr, int(port))
     t = threading.Thread(target=stream, args=(addr, port, peer, pport, count, s))
     t.start()
-    collect(addr, port, idle, s)
+    collect(addr, port, idle, s=s)
     t.join()
     print(f"counter recv_drop_old_seq {counter(s, 'recv_drop_old_seq')}", flush=True)
 
