@@ -188,6 +188,12 @@ class Connection {
   bool query_unreachable = false;
   EventLoop::TimerId query_timer = 0;
 
+  // A kernel node's path `index` (NodePathKey), if it was made.
+  Path* NodePath(int index) const {
+    auto it = paths.find(NodePathKey(index));
+    return it == paths.end() ? nullptr : it->second.get();
+  }
+
   Path* AnyUpPath() {
     for (auto& [pid, p] : paths) {
       if (p->up()) return p.get();

@@ -235,6 +235,9 @@ class Engine {
   // Multipath with a node (kernel-rds.md §C.8, §C.9): the path that carries
   // messages from port `sport` (its key; 0: it waits for the handshake).
   static uint32_t NodePathFor(const Connection& c, uint16_t sport);
+  // Every port's path is known: the paths are agreed, or one is forced, or
+  // the owner engine chooses (a relayer).
+  static bool NodePathsKnown(const Connection& c);
   static int NpathsToAdvertise(const Connection& c);
   // The number of paths is agreed (or changed): waiting messages go, and the
   // smaller address connects the others.

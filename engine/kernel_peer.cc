@@ -95,6 +95,10 @@ int PortBucket(uint16_t port) {
 }
 }  // namespace
 
+bool Engine::NodePathsKnown(const Connection& c) {
+  return c.relaying() || c.node_npaths > 0 || conf::Get().kernel_paths == 1;
+}
+
 uint32_t Engine::NodePathFor(const Connection& c, uint16_t sport) {
   if (c.relaying()) return kKernelNodePid;  // the owner chooses
   const int bucket = PortBucket(sport);
@@ -102,8 +106,7 @@ uint32_t Engine::NodePathFor(const Connection& c, uint16_t sport) {
   // Not agreed yet: path 0 is the port's path whatever the number turns out
   // to be; any other waits for the handshake (as a 6.12 kernel's blocking
   // sender does), or the port's first messages could overtake each other.
-  if (bucket == 0 || conf::Get().kernel_paths == 1) return kKernelNodePid;
-  return 0;
+  return bucket == 0 || NodePathsKnown(c) ? kKernelNodePid : 0;
 }
 
 int Engine::NpathsToAdvertise(const Connection& c) {
@@ -171,8 +174,8 @@ void Engine::SetNodePaths(Connection& c, int n) {
 int Engine::NodePathForAccepted(Connection& c, uint16_t peer_port, bool map_first) {
   auto free_from = [&c](int from, int to) {
     for (int i = from; i < to; ++i) {
-      auto it = c.paths.find(NodePathKey(i));
-      if (it == c.paths.end() || !it->second->link) return i;
+      const Path* p = c.NodePath(i);
+      if (p == nullptr || !p->link) return i;
     }
     return -1;
   };
@@ -201,9 +204,9 @@ bool Engine::MayConnectNodePath(const Path& p) {
   // that a node numbering them by arrival (6.x) numbers them as we do.
   if (!(c.key.laddr < c.key.faddr) || p.node_index >= c.node_npaths) return false;
   for (int i = 0; i < c.node_npaths; ++i) {
-    auto it = c.paths.find(NodePathKey(i));
-    if (i == 0 && (it == c.paths.end() || !it->second->link)) return false;
-    if (i != p.node_index && it != c.paths.end() && it->second->connecting) return false;
+    const Path* q = c.NodePath(i);
+    if (i == 0 && (q == nullptr || !q->link)) return false;
+    if (i != p.node_index && q != nullptr && q->connecting) return false;
   }
   return true;
 }
@@ -214,8 +217,7 @@ bool Engine::DelayNodeReopen(Path& p) {
     return false;
   }
   for (int i = 0; i < c.node_npaths; ++i) {
-    auto it = c.paths.find(NodePathKey(i));
-    if (it != c.paths.end() && it->second->link) return false;
+    if (const Path* q = c.NodePath(i); q != nullptr && q->link) return false;
   }
   if (p.reopen_waited) {
     p.reopen_waited = false;
@@ -289,9 +291,9 @@ void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
                 p.peer_gen, *ext.gen_num);
       stats::Inc(stats::kShimPeerRestarts);
       for (int i = 0; i < kNodePathsMax; ++i) {
-        auto it = c.paths.find(NodePathKey(i));
-        if (it == c.paths.end()) continue;
-        Path& q = *it->second;
+        Path* qp = c.NodePath(i);
+        if (qp == nullptr) continue;
+        Path& q = *qp;
         for (MessagePtr& m : q.unacked) DropNodeMessage(q, m);
         q.unacked.clear();
         q.next_tx_seq = 1;
@@ -300,8 +302,7 @@ void Engine::OnKernelHandshake(Path& p, const wire::Header& h) {
       }
     }
     for (int i = 0; i < kNodePathsMax; ++i) {
-      auto it = c.paths.find(NodePathKey(i));
-      if (it != c.paths.end()) it->second->peer_gen = *ext.gen_num;
+      if (Path* q = c.NodePath(i)) q->peer_gen = *ext.gen_num;
     }
     SyncNodeRecord(p);
   }

@@ -112,7 +112,7 @@ void Engine::RelayThrough(Connection& c, uint32_t owner) {
   // Our other node paths' messages go through the owner too, each port's in
   // its order (a port's messages were all on one path).
   for (int i = 1; i < kNodePathsMax; ++i) {
-    auto it = c.paths.find(NodePathKey(i));
+    auto it = c.paths.find(NodePathKey(i));  // (erased below)
     if (it == c.paths.end()) continue;
     Path& q = *it->second;
     CloseNodePathLinks(q);
@@ -374,10 +374,7 @@ void Engine::OnRelayOwnerGone(Path& p) {
   SchedulePathRetry(p);  // somebody else just claimed it: found on the next attempt
 }
 
-Path* Engine::NodePathOf(Connection& c) {
-  auto it = c.paths.find(kKernelNodePid);
-  return it == c.paths.end() ? nullptr : it->second.get();
-}
+Path* Engine::NodePathOf(Connection& c) { return c.NodePath(0); }
 
 void Engine::SendToNode(Connection& c, MessagePtr m) {
   const uint16_t port = m->header.dport;
@@ -395,9 +392,9 @@ void Engine::SendNodeCongestionMap(Connection& c) {
   // One map per connection, as the kernel's (c_map_queued): on the first
   // path that is up.
   for (int i = 0; i < kNodePathsMax; ++i) {
-    auto it = c.paths.find(NodePathKey(i));
-    if (it != c.paths.end() && it->second->link && IsKernelPath(*it->second)) {
-      SendCongestionMap(*it->second);
+    Path* p = c.NodePath(i);
+    if (p != nullptr && p->link && IsKernelPath(*p)) {
+      SendCongestionMap(*p);
       return;
     }
   }

@@ -177,9 +177,7 @@ void Engine::RetryParkedLater(Connection& c) {
 void Engine::Resolve(Connection& c, uint16_t port) {
   if (c.kernel_peer) {
     // Every port is the node's; SetNodePaths resolves what waits for its paths.
-    if (c.relaying() || c.node_npaths > 0 || conf::Get().kernel_paths == 1) {
-      OnRouteAnswer(c, port, kKernelNodePid);
-    }
+    if (NodePathsKnown(c)) OnRouteAnswer(c, port, kKernelNodePid);
     return;
   }
   if (c.querying.contains(port)) return;
