@@ -183,6 +183,12 @@ class Connection {
   std::shared_ptr<Link> query_link;             // a route query to the host in flight
   uint16_t query_link_port = 0;
   absl::Duration query_backoff = absl::ZeroDuration();
+  // A kernel node's messages for a port whose socket is between processes
+  // (parked, engine/share.h), in arrival order, until a process adopts it —
+  // then delivered or relayed there: the node counted them delivered.
+  absl::flat_hash_map<uint16_t, std::deque<MessagePtr>> node_held;
+  size_t node_held_bytes = 0;
+  EventLoop::TimerId node_held_timer = 0;
   // The last route query could not reach the host (no connection; not one
   // its listener took and closed, as a kernel node does with a poke).
   bool query_unreachable = false;

@@ -56,11 +56,13 @@ size_t Engine::PendingMessages() {
   // A path that is down and whose reconnection has failed since (its
   // back-off grew past the first step), or a route query whose connection
   // failed, has no reachable peer: nothing to wait for at exit, where kernel
-  // RDS drops a closed socket's messages anyway (DESIGN.md §4.1).
+  // RDS drops a closed socket's messages anyway (DESIGN.md §4.1). A kernel
+  // node's messages for a socket between processes wait for its next one.
   size_t n = 0;
   for (auto& [key, c] : connections_) {
     const bool queries_fail = QueriesFail(*c);
     for (auto& [port, q] : c->unresolved) n += queries_fail ? 0 : q.size();
+    for (auto& [port, q] : c->node_held) n += q.size();  // a kernel node's, for a parked socket
     for (auto& [pid, p] : c->paths) {
       if (PathUnreachable(*p)) continue;
       n += p->backlog.size() + p->unacked.size();

@@ -249,6 +249,10 @@ class Engine {
   // The connection (laddr, faddr) of `ns` leads to a kernel node, as this
   // engine found or a record of the host says.
   bool IsKnownNode(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr, const RdsAddr& faddr);
+  // This process holds a socket bound on the connection's address that
+  // processes before it held (its port kept by an open-file lock): a new
+  // owner continues the node's incarnation for it.
+  static bool HoldsOlderSocketOn(const Connection& c);
   // Whether this engine may open node path `p` now (ConnectPath): path 0
   // always; the others from the smaller address, after path 0, one at a time.
   static bool MayConnectNodePath(const Path& p);
@@ -299,6 +303,16 @@ class Engine {
   void SendNodeCongestionMap(Connection& c);
   void RelayToNode(Path& from, const wire::Header& h, Payload&& payload);
   void RelayFromNode(Connection& c, uint32_t pid, const wire::Header& h, Payload&& payload);
+  // A node's message for a port whose socket is parked (between processes):
+  // kept, in order, until the socket has a process again (ReleaseHeldNodeMessages,
+  // every kParkedRetry), then delivered or relayed there; dropped if the
+  // socket is gone by then, or beyond kNodeHeldMax bytes (logged).
+  void HoldNodeMessage(Connection& c, const wire::Header& h, Payload&& payload);
+  // A node's message, at the owner, to its port's socket wherever it is now:
+  // here, another engine of the host (relayed), parked (held), or nowhere.
+  void DeliverFromNode(Connection& c, MessagePtr m);
+  void ReleaseHeldNodeMessages(Connection& c);
+  static constexpr size_t kNodeHeldMax = size_t{16} << 20;
   // At the owner: relayer `rp` says the node's message `seq` found its
   // port's socket moved to another process: delivered where it is now.
   void ReturnRelayedFromNode(Path& rp, uint64_t seq);

@@ -117,7 +117,7 @@ NodeRecord::~NodeRecord() {
 
 pid_t NodeRecord::OtherOwner() const { return Conflicting(fd_, F_WRLCK, kOwnerByte); }
 
-bool NodeRecord::TryClaim(bool* continued) {
+bool NodeRecord::TryClaim(bool* continued, bool users_here) {
   if (owned_) {
     *continued = true;
     return true;
@@ -126,7 +126,7 @@ bool NodeRecord::TryClaim(bool* continued) {
   owned_ = true;
   // Anyone else using the record holds byte 1 shared (our own read lock
   // never conflicts with us, so we count ourselves if we joined before).
-  *continued = (member_ || Conflicting(fd_, F_WRLCK, kMemberByte) != 0) &&
+  *continued = (member_ || users_here || Conflicting(fd_, F_WRLCK, kMemberByte) != 0) &&
                state_->magic.load(std::memory_order_acquire) == kMagic;
   Join();
   previous_owner_ = state_->owner_pid.load(std::memory_order_acquire);

@@ -83,9 +83,10 @@ class NodeRecord {
   // (or this process).
   pid_t OtherOwner() const;
   // Takes ownership if nobody has it. On success, `continued` says whether
-  // other engines use the record (the incarnation goes on: same generation
-  // and sequence spaces) — if not, the caller starts a new one (NewIncarnation).
-  bool TryClaim(bool* continued);
+  // other engines use the record, or `users_here` (this process holds
+  // sockets older than itself): the incarnation goes on (same generation and
+  // sequence spaces) — if not, the caller starts a new one (NewIncarnation).
+  bool TryClaim(bool* continued, bool users_here = false);
   bool owned() const { return owned_; }
   // The owner before our claim (from the record; 0 if none was recorded).
   uint32_t previous_owner() const { return previous_owner_; }

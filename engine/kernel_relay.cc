@@ -136,13 +136,30 @@ void Engine::RelayThrough(Connection& c, uint32_t owner) {
   });
 }
 
+// A socket bound on the connection's address that processes before this one
+// held (a fork's parent, the image before an exec, an SCM_RIGHTS sender: its
+// port is kept by an open-file lock, engine/share.h) means the host's RDS
+// state toward the node never ended, even if no engine that used the record
+// is left: a kernel host changes its generation only when its module is
+// reloaded, and what the node still holds is for that socket.
+bool Engine::HoldsOlderSocketOn(const Connection& c) {
+  for (const std::shared_ptr<RdsSocket>& rs : AllLiveSockets()) {
+    if (rs->ns != c.ns || rs->remote.load(std::memory_order_acquire)) continue;
+    rds::MutexLock lock(&rs->mu);
+    if (!rs->released && rs->port_fd >= 0 && rs->bound && rs->bound->addr == c.key.laddr) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Engine::ClaimKernelNode(Connection& c) {
   NodeRecord* r = NodeRecordOf(c, /*create=*/true);
   if (r == nullptr) return true;  // no shared record: this engine acts alone (logged)
   if (r->owned()) return true;
   for (int attempt = 0; attempt < 2; ++attempt) {
     bool continued = false;
-    if (r->TryClaim(&continued)) {
+    if (r->TryClaim(&continued, HoldsOlderSocketOn(c))) {
       BecomeNodeOwner(c, continued);
       return true;
     }
@@ -364,7 +381,7 @@ void Engine::OnRelayOwnerGone(Path& p) {
     return;
   }
   bool continued = false;
-  if (r->TryClaim(&continued)) {
+  if (r->TryClaim(&continued, HoldsOlderSocketOn(c))) {
     log::Info("engine %d, which held the kernel node %s's connection, is gone", c.node_owner,
               c.key.faddr.ToString());
     BecomeNodeOwner(c, continued);
@@ -473,6 +490,10 @@ void Engine::ReturnRelayedFromNode(Path& rp, uint64_t seq) {
   rp.unacked.erase(it);
   // The node's message found its port's socket moved to another process:
   // it goes where the port is now, as it would have on arrival.
+  DeliverFromNode(c, std::move(m));
+}
+
+void Engine::DeliverFromNode(Connection& c, MessagePtr m) {
   const uint16_t port = m->header.dport;
   if (auto rs = FindBound(c.ns->key(), {c.key.laddr, port})) {
     m->header.sequence = 0;
@@ -487,7 +508,53 @@ void Engine::ReturnRelayedFromNode(Path& rp, uint64_t seq) {
     RelayFromNode(c, static_cast<uint32_t>(*owner), h, std::move(m->payload));
     return;
   }
+  if (owner.ok() && *owner == kParkedPortOwner) {
+    wire::Header h = m->header;
+    HoldNodeMessage(c, h, std::move(m->payload));
+    return;
+  }
   stats::Inc(stats::kRecvDropNoSock);
+}
+
+void Engine::HoldNodeMessage(Connection& c, const wire::Header& h, Payload&& payload) {
+  if (c.node_held_bytes + h.len > kNodeHeldMax) {
+    log::Warn("%s -> %s: more than %zu MiB of a kernel node's messages wait for sockets between "
+              "processes; one for port %d is dropped",
+              c.key.laddr.ToString(), c.key.faddr.ToString(), kNodeHeldMax >> 20, h.dport);
+    stats::Inc(stats::kRecvDropNoSock);
+    return;
+  }
+  MessagePtr m = NewMessage();
+  m->header = h;
+  m->payload = std::move(payload);
+  m->saddr = c.key.faddr;
+  m->daddr = c.key.laddr;
+  c.node_held_bytes += h.len;
+  c.node_held[h.dport].push_back(std::move(m));
+  if (c.node_held_timer) return;
+  Connection* cp = &c;
+  c.node_held_timer = loop_.After(kParkedRetry, [this, cp] { ReleaseHeldNodeMessages(*cp); });
+}
+
+void Engine::ReleaseHeldNodeMessages(Connection& c) {
+  c.node_held_timer = 0;
+  std::vector<uint16_t> ready;
+  for (const auto& [port, q] : c.node_held) {
+    absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, port);
+    if (!owner.ok() || *owner != kParkedPortOwner) ready.push_back(port);
+  }
+  for (uint16_t port : ready) {
+    std::deque<MessagePtr> q = std::move(c.node_held[port]);
+    c.node_held.erase(port);
+    for (MessagePtr& m : q) {
+      c.node_held_bytes -= m->header.len;
+      DeliverFromNode(c, std::move(m));
+    }
+  }
+  if (!c.node_held.empty() && !c.node_held_timer) {
+    Connection* cp = &c;
+    c.node_held_timer = loop_.After(kParkedRetry, [this, cp] { ReleaseHeldNodeMessages(*cp); });
+  }
 }
 
 void Engine::AcceptRelayLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns,

@@ -141,6 +141,10 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     PathSend(p, std::move(pong));
     return true;
   }
+  if (!c.node_held.empty() && c.node_held.contains(h.dport)) {
+    HoldNodeMessage(c, h, std::move(payload));  // behind those waiting for the port's socket
+    return true;
+  }
   RdsSocket* rs = Destination(p, h.dport);
   if (!rs) {
     // The port's socket was handed to another process (engine/share.h): not
@@ -155,15 +159,14 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
       return true;
     }
     if (IsKernelPath(p)) {
-      // A node has no notices: the message is dropped as the kernel drops
-      // one for an unbound port (a moved socket's included: the node
-      // counted it delivered once TCP had it).
-      if (owner.ok() && *owner != 0) {
-        log::Warn("a kernel node's message for port %d came while its socket moved to another "
-                  "process; dropped",
-                  h.dport);
+      // A node has no notices, and counted the message delivered once TCP
+      // had it: one for a socket between processes waits for its next one;
+      // one for a port nobody bound is dropped, as the kernel drops it.
+      if (owner.ok() && *owner == kParkedPortOwner) {
+        HoldNodeMessage(c, h, std::move(payload));
+      } else {
+        stats::Inc(stats::kRecvDropNoSock);
       }
-      stats::Inc(stats::kRecvDropNoSock);
       return true;
     }
     if (owner.ok() && *owner != 0) {
@@ -254,6 +257,7 @@ std::optional<Payload> Engine::DirectStorage(Path& p, const wire::Header& h, Pay
     return std::nullopt;
   }
   if (AlreadyDelivered(p, h)) return std::nullopt;
+  if (!p.conn.node_held.empty() && p.conn.node_held.contains(h.dport)) return std::nullopt;
   RdsSocket* rs = Destination(p, h.dport);
   if (!rs) return std::nullopt;
   rds::MutexLock lock(&rs->mu);
