@@ -57,7 +57,7 @@ congestion() {  # NAME RECEIVER_ROLE
   if [ "$ROLE" = "$receiver" ]; then
     $RUN timeout 60 $ECHO sink "$ME" 6001 65536 12 >/tmp/sink.out 2>&1 &
     local sink=$!
-    sleep 1
+    wait_for /tmp/sink.out ready 60
     vm_barrier "$name-ready"
     wait "$sink"
     cat /tmp/sink.out

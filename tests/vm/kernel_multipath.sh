@@ -46,7 +46,7 @@ phase() {  # NAME SENDER_ROLE BASE_PORT
     # The first message may take seconds (a Python start, the paths opened one by one).
     $RUN timeout 150 $ECHO collect "$ME" "$base" 6 60 >/tmp/collect.out 2>&1 &
     local pid=$!
-    sleep 1
+    wait_for /tmp/collect.out ready 60
     vm_barrier "$name-ready"
     vm_barrier "$name-sent"
     wait "$pid"

@@ -21,7 +21,8 @@ if [ "$ROLE" = kernel ]; then
   timeout 250 $ECHO server "$ME" 4000 $((3 * ROUNDS)) >/tmp/echo.out 2>&1 &
   timeout 250 $ECHO collect "$ME" 4001 25 >/tmp/collect.out 2>&1 &
   collector=$!
-  sleep 2
+  wait_for /tmp/echo.out ready 60
+  wait_for /tmp/collect.out ready 60
   vm_barrier start
   wait "$collector"
   sed -n 's/^source/RESULT source/p' /tmp/collect.out

@@ -11,8 +11,9 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py hold ADDR PORT SECONDS        keeps a bound socket (so that a shim host answers)
   rds_echo.py stream ADDR PORT PEER PPORT COUNT
                                             sends COUNT numbered 64 B messages (pausing 2 ms every
-                                            5; "progress N" every 500), then prints "sent COUNT";
-                                            with RDS_ECHO_KILL_AT=N:PID, kill -9 PID after N
+                                            5, or RDS_ECHO_PACE seconds after each; "progress N"
+                                            every 500), then prints "sent COUNT"; with
+                                            RDS_ECHO_KILL_AT=N:PID, kill -9 PID after N
   rds_echo.py echo_stream ADDR PORT PEER EPORT ROUNDS CPORT COUNT
                                             in one process: ROUNDS 64 B round trips to PEER:EPORT
                                             (from PORT+100; prints "echoed"), then stream to CPORT
@@ -37,6 +38,13 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
                                             gaps=… order=…" and "dropped <recv_drop_old_seq>"
   rds_echo.py sink ADDR PORT RCVBUF SECONDS  binds with a small receive buffer, reads nothing for
                                             SECONDS, then drains: "drained N"
+  rds_echo.py forked ADDR PORT PEER PPORT COUNT
+                                            a daemon's way: sends COUNT numbered 64 B messages to
+                                            PEER:PPORT, forks, and the parent exits; the child
+                                            sends COUNT more on the socket, then execs this program,
+                                            which sends COUNT more on the inherited descriptor,
+                                            prints "forked: sent N", then receives what the peer
+                                            sent meanwhile (as collect, from the first stage on)
   rds_echo.py fan ADDR BASE NPORTS PEER PPORT COUNT [LINGER]
                                             NPORTS sockets (ports BASE..) stream COUNT numbered
                                             messages each to PEER:PPORT at once (one thread each),
@@ -120,9 +128,12 @@ def stream(addr, port, peer, pport, count, s=None):
     kill_at = os.environ.get("RDS_ECHO_KILL_AT")
     kill_at = tuple(int(x) for x in kill_at.split(":")) if kill_at else None
     dest = (peer, int(pport))
+    pace = float(os.environ.get("RDS_ECHO_PACE", "0"))  # seconds after each message
     for i in range(int(count)):
         s.sendto(f"{port}:{i:08d}".encode().ljust(64, b"."), dest)
-        if i % 5 == 4:
+        if pace:
+            time.sleep(pace)
+        elif i % 5 == 4:
             time.sleep(0.002)
         if i % 500 == 499:
             print(f"progress {i + 1}", flush=True)
@@ -130,6 +141,33 @@ def stream(addr, port, peer, pport, count, s=None):
             os.kill(kill_at[1], signal.SIGKILL)
             print(f"killed {kill_at[1]} after {i + 1}", flush=True)
     print(f"sent {count}", flush=True)
+
+
+def forked(addr, port, peer, pport, count, stage="parent", fd="-1"):
+    count, dest = int(count), (peer, int(pport))
+
+    def send(s, first):
+        for i in range(first, first + count):
+            s.sendto(f"{port}:{i:08d}".encode().ljust(64, b"."), dest)
+            if i % 5 == 4:
+                time.sleep(0.002)
+
+    if stage == "parent":
+        s = rds_socket(addr, int(port))
+        send(s, 0)
+        if os.fork() != 0:
+            sys.exit(0)  # the daemon's parent leaves at once (a normal exit)
+        send(s, count)
+        os.set_inheritable(s.fileno(), True)
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), "forked", addr,
+                                  port, peer, pport, str(count), "exec", str(s.fileno())])
+    s = socket.socket(fileno=int(fd))
+    send(s, 2 * count)
+    print(f"forked: sent {3 * count}", flush=True)
+    # What the peer sent meanwhile waited in the socket through both hand-overs; the socket
+    # stays open meanwhile (a close drops what the node has not acknowledged).
+    collect(addr, port, 10, 30, s=s)
+    s.close()
 
 
 def fan(addr, base, nports, peer, pport, count, linger="0"):
@@ -314,4 +352,5 @@ def sink(addr, port, rcvbuf, seconds):
 if __name__ == "__main__":
     {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
      "collect": collect, "echo_stream": echo_stream, "duplex": duplex, "fill": fill,
-     "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally, "fan": fan}[sys.argv[1]](*sys.argv[2:])
+     "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally,
+     "fan": fan, "forked": forked}[sys.argv[1]](*sys.argv[2:])

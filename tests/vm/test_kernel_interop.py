@@ -3,12 +3,13 @@
 one link, one with the kernel module and one with the shim, both ways (the node's echo server
 with the shim's client, then the reverse), run twice so that the shim has the smaller address
 (vm1, 10.77.0.1) and then the larger (vm2, 10.77.0.2): four client runs of 64 B to 1 MiB messages,
-content and order checked, and pings to port 0 each way (tests/vm/kernel_interop.sh,
+content and order checked, pings to port 0 each way, and a daemon's fork and exec on the shim's
+side (the socket and the node's connection pass from a parent that exits to its child and across
+exec: reported, not checked — open bugs, DESIGN.md §3.5) (tests/vm/kernel_interop.sh,
 tests/vm/rds_echo.py).
 
-What is not covered yet (issue 20 stays open): several shim processes of one host sharing the
-node's connection, multipath, congestion across the guests, kill -9 and restart, reconnect
-mid-traffic.
+Several shim processes sharing the node's connection and kill -9 are test_kernel_relay.py's,
+faults, congestion and restart test_kernel_faults.py's, multipath test_kernel_multipath.py's.
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~2 min (emulated CPU).
 """
@@ -29,6 +30,15 @@ def main():
         for phase in ("kernel-server", "shim-server", "shim-pings-node", "node-pings-shim"):
             verdict = results.get(phase)
             checks.check(verdict == "ok", f"shim on the {order} address, {phase}: {verdict}")
+        # Open bugs (DESIGN.md §3.5, "a socket that changes process"): while the socket passes
+        # from the exiting parent through the child to the exec'd image, with the node's
+        # connection changing owner too, the node's stream to it loses messages, and what the
+        # parent had queued can arrive after the child's first ones. How often depends on timing:
+        # reported, not checked; make these checks when fixed.
+        for phase in ("fork-exec", "fork-exec-receive"):
+            verdict = results.get(phase)
+            tag = "ok  " if verdict == "ok" else "KNOWN BUG"
+            print(f"{tag} shim on the {order} address, {phase}: {verdict}", flush=True)
     checks.done()
 
 
