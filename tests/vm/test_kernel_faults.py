@@ -52,9 +52,13 @@ def main():
     # is dropped (by the node once it has our new GEN_NUM, by us before: recv_drop_old_seq);
     # what it had queued and never transmitted is delivered, as a kernel host delivers whatever
     # reaches a bound port: the tail of the old stream, in order, up to its last message.
+    # How many come to us at all is the node's timing: none when it has our GEN_NUM before it
+    # retransmits, or when the killed process's TCP had acknowledged the whole old stream (seen
+    # on a slow host) — so the count is reported; that nothing stale is delivered is checked
+    # below, and the drop itself by the reconnect phase's count above.
     dropped = results.get("restart-dropped", "").strip()
-    check(dropped.isdigit() and int(dropped) > 0,
-          f"the node's retransmissions for the killed process were dropped: {dropped}")
+    print(f"     the node's retransmissions for the killed process that we dropped: {dropped}",
+          flush=True)
     old = dict(re.findall(r"(\w+)=(-?\w+)", results.get("restart-old", "")))
     sent_old = results.get("restart-sent-old", "").strip()
     check(old.get("contiguous") == "yes" and (old.get("n") == "0" or (
