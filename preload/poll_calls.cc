@@ -76,16 +76,28 @@ int PollCore(pollfd* fds, nfds_t n, const struct timespec* timeout, const sigset
   // ones are left out, our wake-up fd and remote sockets' backing fds added.
   std::vector<pollfd> kernel(others.size() + 2 * remotes + 1);
   int saved = errno;
+  auto remote_count = [&rds_fds] {
+    size_t n = 0;
+    for (const auto& r : rds_fds) {
+      if (r.entry->state == FdEntry::State::kOwned && r.entry->socket->remote.load()) ++n;
+    }
+    return n;
+  };
   for (;;) {
     std::optional<rds::PollWatch> watch(std::in_place, waiter);
     for (auto& r : rds_fds) {
       if (r.entry->state == FdEntry::State::kOwned) watch->Add(*r.entry->socket);
     }
+    const size_t remote_watched = remote_count();
     int ready = 0;
     for (auto& r : rds_fds) {
       fds[r.index].revents = RdsRevents(*r.entry, fds[r.index].events);
       if (fds[r.index].revents) ++ready;
     }
+    // A remote socket this pass took over (its owner let go of it) is local
+    // now but not watched (PollWatch skips remote ones): watch it again before
+    // waiting, or a message delivered to it would not end this wait.
+    if (ready == 0 && remote_count() != remote_watched) continue;
     // The kernel's view of everything else, plus our wake-up fd.
     nfds_t k = 0;
     for (nfds_t i : others) kernel[k++] = {fds[i].fd, fds[i].events, 0};

@@ -12,6 +12,11 @@ held by several processes (DESIGN.md §2.4). Prints "ok ..." or "FAIL ..." lines
                        messages to PORT while the binder closes the socket half-way (the socket
                        passes to the receiver with messages on their way): the receiver gets all
                        N, in order, none twice.
+  wait-takeover PORT HOW
+                       A fork child waits for the socket to become readable (HOW: poll, select,
+                       epoll, or a recv with a timeout) while the binder owns it; the binder
+                       closes it (the child's wait takes it over) and another process sends one
+                       message afterwards: the wait ends with it, long before its 10 s limit.
   info-churn PORT      While one child loops on a forwarded RDS_INFO getsockopt, another forks
                        300 short-lived children that each make one call on the shared socket:
                        nothing may hang.
@@ -132,6 +137,59 @@ def streaming_handover(port, n):
     sys.exit(0 if status == 0 else 1)
 
 
+def wait_takeover(port, how):
+    s = rds()
+    s.bind(("127.0.0.1", port))
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(go_w)
+        os.read(go_r, 1)
+        t0 = time.monotonic()
+        got = None
+        if how == "timeout":
+            s.settimeout(10)
+            try:
+                got = s.recvfrom(64)[0]
+            except OSError:
+                pass
+        else:
+            s.setblocking(False)
+            while got is None and time.monotonic() - t0 < 10:
+                left = 10 - (time.monotonic() - t0)
+                if how == "poll":
+                    p = select.poll()
+                    p.register(s.fileno(), select.POLLIN)
+                    ready = p.poll(left * 1000)
+                elif how == "select":
+                    ready = select.select([s], [], [], left)[0]
+                else:
+                    e = select.epoll()
+                    e.register(s.fileno(), select.EPOLLIN)
+                    ready = e.poll(left)
+                    e.close()
+                if not ready:
+                    break
+                try:
+                    got = s.recvfrom(64)[0]
+                except BlockingIOError:
+                    pass  # the owner's hand-over itself made the fd readable once
+        took = time.monotonic() - t0
+        ok = got == b"after" and took < 5
+        print(("ok" if ok else "FAIL") + f" {how}: got {got!r} after {took:.2f} s", flush=True)
+        os._exit(0 if ok else 1)
+    os.close(go_r)
+    os.close(go_w)
+    time.sleep(0.3)  # the child waits
+    s.close()  # the socket passes to the child, in its wait
+    time.sleep(0.5)
+    c = rds()
+    c.bind(("127.0.0.1", 0))
+    c.sendto(b"after", ("127.0.0.1", port))
+    _, status = os.waitpid(child, 0)
+    sys.exit(0 if status == 0 else 1)
+
+
 def info_churn(port):
     s = rds()
     s.bind(("127.0.0.1", port))
@@ -173,5 +231,7 @@ if __name__ == "__main__":
         unbound_fork(port)
     elif cmd == "streaming-handover":
         streaming_handover(port, int(sys.argv[3]))
+    elif cmd == "wait-takeover":
+        wait_takeover(port, sys.argv[3])
     elif cmd == "info-churn":
         info_churn(port)

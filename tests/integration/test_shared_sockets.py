@@ -13,8 +13,9 @@ DESIGN.md §2.4).
 2. A worker holding the socket's state is killed: the port stays taken, another worker takes
    the socket over, and later requests are all answered.
 3. Corner cases (py_share_cases.py): a hand-over with more messages queued than a Unix datagram
-   queue holds; a hand-over while messages stream in; an unbound socket bound by a fork child; a forwarded RDS_INFO while hundreds of
-   children attach (no deadlock).
+   queue holds; a hand-over while messages stream in; a poll/select/epoll/recv wait that takes
+   the socket over when its owner lets go, then sees a later message; an unbound socket bound
+   by a fork child; a forwarded RDS_INFO while hundreds of children attach (no deadlock).
 4. exec keeps the socket: bound before exec, still bound after it (another process cannot take
    the port meanwhile), with the messages queued before exec received after it, and those sent
    between the two images (the socket parked) after them, in order.
@@ -238,6 +239,13 @@ class SharedSockets(unittest.TestCase):
         p = itlib.Proc("handover-c", [echo(), "handover", ADDR, self.port + 1, 20000], self.rundir)
         p.close_stdin()
         self.expect_ok(p)
+
+    def test_a_wait_that_takes_the_socket_over_sees_later_messages(self):
+        # A poll/select/epoll/recv begun while another process owned the socket, which let go
+        # of it: once taken over by the wait, a message that comes ends it.
+        for i, how in enumerate(("poll", "select", "epoll", "timeout")):
+            with self.subTest(how=how):
+                self.expect_ok(self.cases("wait-takeover", self.port + i, how), timeout=30)
 
     def test_unbound_socket_bound_by_a_fork_child(self):
         self.expect_ok(self.cases("unbound-fork", self.port))
