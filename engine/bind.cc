@@ -181,6 +181,10 @@ void UnbindParked(RdsSocket& rs) {
   rds::MutexLock table_lock(&table().mu);
   table().sockets.erase(BindKey{rs.ns->key(), *bound});
   g_epoch.fetch_add(1, std::memory_order_release);
+  // The port has no owner until the process that takes the socket over has
+  // it in its bind table (BindTakenOver): its claim alone must not route the
+  // port's messages to it before it can deliver them.
+  rs.ns->ports().SetPortSocket(bound->addr, bound->port, PortRegistry::kNoSocket);
   rs.ns->ports().BumpBindGeneration();
 }
 
@@ -202,12 +206,14 @@ absl::Status BindTakenOver(RdsSocket& rs, int parked_port_fd) {
     // The port stays held by the open-file lock the holders share.
     rds::MutexLock lock(&rs.mu);
     rs.port_fd = parked_port_fd;
-    rs.ns->ports().SetPortSocket(bound->addr, bound->port, rs.id);
   } else if (absl::Status s = rs.ns->ports().Lock(bound->addr, bound->port, rs.id); !s.ok()) {
     return s;
   }
   table().sockets[BindKey{rs.ns->key(), *bound}] = rs.weak_from_this();
   g_epoch.fetch_add(1, std::memory_order_release);
+  // Recorded last: senders route the port to this process from here on, and
+  // this engine finds the socket in the table when their messages come.
+  rs.ns->ports().SetPortSocket(bound->addr, bound->port, rs.id);
   rs.ns->ports().BumpBindGeneration();
   return absl::OkStatus();
 }

@@ -179,6 +179,11 @@ class Connection {
   // Per port: how many messages a kMoved notice put back at the front of
   // `unresolved` (they precede everything queued there since), until it empties.
   absl::flat_hash_map<uint16_t, size_t> moved_front;
+  // Per port whose owner changed: the engine its messages went to before.
+  // Until that path holds none of them (acknowledged, or handed back by
+  // kMoved), the port's next messages wait in `unresolved`: one sent to the
+  // new owner first would overtake those the old one hands back.
+  absl::flat_hash_map<uint16_t, uint32_t> settling;
   absl::flat_hash_set<uint16_t> querying;       // route queries in flight
   std::shared_ptr<Link> query_link;             // a route query to the host in flight
   uint16_t query_link_port = 0;

@@ -192,12 +192,20 @@ class Engine {
   void AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen, uint64_t peer_ack);
   void OnPathMessage(Path& p, wire::Header&& h, Payload&& payload);
   bool AcceptData(Path& p, const wire::Header& h, Payload& payload);
+  void NotForThisProcess(Path& p, const wire::Header& h, Payload&& payload,
+                         const absl::StatusOr<pid_t>& owner);
   // The socket a data message for port `dport` goes to, or null (cached per
   // path): valid until the next call for `p` or `p` goes down.
   RdsSocket* Destination(Path& p, uint16_t dport);
   // The peer says message `seq` on `p` found its port's socket moved to
   // another process: it is routed again, ahead of what waits for that port.
   void Resend(Path& p, uint64_t seq);
+  // Notes that `port`'s messages went to engine `before` until now and may go
+  // elsewhere from now on (Connection::settling).
+  void NoteOwnerChange(Connection& c, uint16_t port, uint32_t before, uint32_t now);
+  // True while messages for `port` sent to its previous owner may still come
+  // back (Connection::settling); forgets the previous owner once none can.
+  bool PortSettling(Connection& c, uint16_t port);
   // A link read the header of a large payload: the buffer of a recvmsg
   // waiting for it, if any (engine/direct_receive.h).
   std::optional<Payload> DirectStorage(Path& p, const wire::Header& h, PayloadFiller& filler);

@@ -495,14 +495,21 @@ void Engine::ReturnRelayedFromNode(Path& rp, uint64_t seq) {
 
 void Engine::DeliverFromNode(Connection& c, MessagePtr m) {
   const uint16_t port = m->header.dport;
-  if (auto rs = FindBound(c.ns->key(), {c.key.laddr, port})) {
+  // Looked up again if the registry names this process: a thread of it
+  // binds the socket right now and records the port last, inside the bind
+  // table's lock. A socket parked meanwhile (kParked) makes the message wait
+  // for its next owner.
+  auto deliver_here = [&] {
+    std::shared_ptr<RdsSocket> rs = FindBound(c.ns->key(), {c.key.laddr, port});
+    if (!rs) return false;
     m->header.sequence = 0;
     m->header.ack = 0;
     m->header.flags = 0;
-    Deliver(*rs, std::move(m));
-    return;
-  }
+    return Deliver(*rs, std::move(m)) != DeliverResult::kParked;
+  };
+  if (deliver_here()) return;
   absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, port);
+  if (owner.ok() && static_cast<uint32_t>(*owner) == pid_ && deliver_here()) return;
   if (owner.ok() && *owner > 0 && static_cast<uint32_t>(*owner) != pid_) {
     wire::Header h = m->header;
     RelayFromNode(c, static_cast<uint32_t>(*owner), h, std::move(m->payload));

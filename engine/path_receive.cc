@@ -125,6 +125,41 @@ void Engine::OnPathMessage(Path& p, wire::Header&& h, Payload&& payload) {
   ScheduleAck(p, urgent);
 }
 
+// A data message for a port with no socket in this process: `owner` is the
+// registry's answer for the port.
+void Engine::NotForThisProcess(Path& p, const wire::Header& h, Payload&& payload,
+                               const absl::StatusOr<pid_t>& owner) {
+  Connection& c = p.conn;
+  if (IsKernelPath(p)) {
+    if (owner.ok() && *owner > 0 && static_cast<uint32_t>(*owner) != pid_) {
+      // Bound in another engine of this host: it gets the message through
+      // its relay path (the node's connection is ours).
+      RelayFromNode(c, static_cast<uint32_t>(*owner), h, std::move(payload));
+    } else if (owner.ok() && *owner == kParkedPortOwner) {
+      // A node has no notices, and counted the message delivered once TCP
+      // had it: one for a socket between processes waits for its next one.
+      HoldNodeMessage(c, h, std::move(payload));
+    } else {
+      stats::Inc(stats::kRecvDropNoSock);  // nobody bound it: the kernel drops it too
+    }
+    return;
+  }
+  if (owner.ok() && *owner != 0) {
+    // The port's socket was handed to another process (engine/share.h): not
+    // delivered here; the sender sends it again to the socket's next owner,
+    // in order with what it sends there after (the notice goes before any
+    // acknowledgement that covers this message).
+    const uint64_t seq = h.sequence;
+    SendControl(p, control::EncodeU64List(control::Op::kMoved, {&seq, 1}));
+    return;
+  }
+  stats::Inc(stats::kRecvDropNoSock);
+  control::Control notice;
+  notice.op = control::Op::kPortUnreachable;
+  notice.port = h.dport;
+  SendControl(p, control::EncodeControl(notice));
+}
+
 // Delivers a data message (ping, pong or to a socket). False if the message
 // was refused and must not be acknowledged (the link was reset).
 bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
@@ -147,39 +182,18 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
   }
   RdsSocket* rs = Destination(p, h.dport);
   if (!rs) {
-    // The port's socket was handed to another process (engine/share.h): not
-    // delivered here; the sender sends it again to the socket's next owner,
-    // in order with what it sends there after (the notice goes before any
-    // acknowledgement that covers this message).
+    // The registry names this process: a thread of it binds the socket (or
+    // takes it over) right now, and records the port last, inside the bind
+    // table's lock — looked up again, it is there.
     absl::StatusOr<pid_t> owner = c.ns->ports().Owner(c.key.laddr, h.dport);
-    if (IsKernelPath(p) && owner.ok() && *owner > 0 && static_cast<uint32_t>(*owner) != pid_) {
-      // Bound in another engine of this host: it gets the message through
-      // its relay path (the node's connection is ours).
-      RelayFromNode(c, static_cast<uint32_t>(*owner), h, std::move(payload));
+    if (owner.ok() && static_cast<uint32_t>(*owner) == pid_) {
+      p.last_destination.epoch = 0;
+      rs = Destination(p, h.dport);
+    }
+    if (!rs) {
+      NotForThisProcess(p, h, std::move(payload), owner);
       return true;
     }
-    if (IsKernelPath(p)) {
-      // A node has no notices, and counted the message delivered once TCP
-      // had it: one for a socket between processes waits for its next one;
-      // one for a port nobody bound is dropped, as the kernel drops it.
-      if (owner.ok() && *owner == kParkedPortOwner) {
-        HoldNodeMessage(c, h, std::move(payload));
-      } else {
-        stats::Inc(stats::kRecvDropNoSock);
-      }
-      return true;
-    }
-    if (owner.ok() && *owner != 0) {
-      const uint64_t seq = h.sequence;
-      SendControl(p, control::EncodeU64List(control::Op::kMoved, {&seq, 1}));
-      return true;
-    }
-    stats::Inc(stats::kRecvDropNoSock);
-    control::Control notice;
-    notice.op = control::Op::kPortUnreachable;
-    notice.port = h.dport;
-    SendControl(p, control::EncodeControl(notice));
-    return true;
   }
   auto m = NewMessage();
   // Header seen and message complete: the read that brought its end.
@@ -196,7 +210,13 @@ bool Engine::AcceptData(Path& p, const wire::Header& h, Payload& payload) {
     if (DeliverDirect(*rs, m, *d)) return true;
     m->payload = Payload(m->payload.data(), m->payload.size());
   }
-  if (Deliver(*rs, std::move(m), /*refuse_over_hard_limit=*/true) == DeliverResult::kRefused) {
+  const DeliverResult delivered = Deliver(*rs, std::move(m), /*refuse_over_hard_limit=*/true);
+  if (delivered == DeliverResult::kParked) {
+    // Handed to another process while this message was on its way.
+    NotForThisProcess(p, h, std::move(m->payload), c.ns->ports().Owner(c.key.laddr, h.dport));
+    return true;
+  }
+  if (delivered == DeliverResult::kRefused) {
     // The peer ignores congestion and this socket's queue is far beyond its
     // rcvbuf: refuse the message (unacknowledged, so it is retransmitted
     // later) and reset the link. Memory stays bounded; nothing is lost.
@@ -224,6 +244,7 @@ void Engine::Resend(Path& p, uint64_t seq) {
   m->header.ack = 0;
   m->header.flags &= static_cast<uint8_t>(~wire::kFlagRetransmitted);
   c.routes.erase(port);
+  c.settling.try_emplace(port, p.peer_pid);  // more of them may come back
   // Before everything queued for the port since it was sent, after the
   // messages moved before it.
   std::deque<MessagePtr>& q = c.unresolved[port];

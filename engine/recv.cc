@@ -128,11 +128,12 @@ void RequeueFront(RdsSocket& rs, MessagePtr m) {
 }  // namespace
 
 
-DeliverResult Deliver(RdsSocket& rs, MessagePtr m, bool refuse_over_hard_limit) {
+DeliverResult Deliver(RdsSocket& rs, MessagePtr&& m, bool refuse_over_hard_limit) {
   std::optional<ReceiveCongestionChange> change;
   {
     rds::MutexLock lock(&rs.mu);
     if (rs.released) {
+      if (rs.parked) return DeliverResult::kParked;
       stats::Inc(stats::kRecvDropDeadSock);
       return DeliverResult::kDropped;
     }

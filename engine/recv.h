@@ -22,8 +22,12 @@ class RdsSocket;
 // Drops it (counted) if the socket has been closed. With
 // `refuse_over_hard_limit`, a socket far over its receive buffer
 // (RdsSocket::OverHardLimitLocked) refuses it instead.
-enum class DeliverResult { kQueued, kDropped, kRefused };
-DeliverResult Deliver(RdsSocket& rs, MessagePtr m, bool refuse_over_hard_limit = false);
+// kQueued takes `m`; kDropped (the socket is closed) and kRefused (over its
+// hard limit) leave it; kParked leaves it too: the socket went to another
+// process while the message was on its way (RdsSocket::parked), and the
+// caller sends it where the socket's port is now.
+enum class DeliverResult { kQueued, kDropped, kRefused, kParked };
+DeliverResult Deliver(RdsSocket& rs, MessagePtr&& m, bool refuse_over_hard_limit = false);
 
 // A message read into the buffer `offer` lent (engine/direct_receive.h):
 // handed to the waiting recvmsg, counted as queued and taken at once. False

@@ -339,7 +339,8 @@ absl::StatusOr<pid_t> PortRegistry::Owner(const RdsAddr& addr, uint16_t port) {
   // The lock names no process: the socket recorded for the port does, through
   // its ownership lock. A socket between owners (parked), or one whose
   // binder has not recorded it yet, has none for the moment.
-  const pid_t owner = HostRegistry::Get().SocketOwner(f->port_sockets[port].load());
+  const uint64_t id = f->port_sockets[port].load();
+  const pid_t owner = id == kNoSocket ? 0 : HostRegistry::Get().SocketOwner(id);
   return owner > 0 ? owner : kParkedPortOwner;
 }
 

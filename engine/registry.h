@@ -110,7 +110,10 @@ class PortRegistry {
   // port taken at every step. `id` is recorded as the port's socket, whose
   // owner Owner() then names.
   absl::StatusOr<int> ParkPort(const RdsAddr& addr, uint16_t port, uint64_t id);
+  // Records the socket whose owner Owner() names for a taken port; kNoSocket
+  // while a parked socket has no owner (Owner() answers kParkedPortOwner).
   void SetPortSocket(const RdsAddr& addr, uint16_t port, uint64_t id);
+  static constexpr uint64_t kNoSocket = 0;  // socket ids are never 0
   // The pid holding (addr, port), 0 if none, kParkedPortOwner if its socket is
   // parked (own locks are invisible).
   absl::StatusOr<pid_t> Owner(const RdsAddr& addr, uint16_t port);

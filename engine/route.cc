@@ -103,8 +103,11 @@ bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool
       waiting->second.push_back(std::move(m));  // behind those waiting for the port's socket
       return true;
     }
+    auto cached = c.routes.find(port);
+    const uint32_t before = cached != c.routes.end() ? cached->second.pid : 0;
     uint32_t owner = LocalOwner(c, port);
-    if (owner == kParkedPid) {
+    if (owner != kParkedPid && owner != 0) NoteOwnerChange(c, port, before, owner);
+    if (owner == kParkedPid || (owner != 0 && PortSettling(c, port))) {
       if (!may_set_up) return false;
       c.unresolved[port].push_back(std::move(m));
       RetryParkedLater(c);
@@ -172,6 +175,25 @@ void Engine::RetryParkedLater(Connection& c) {
       if (left == cp->unresolved.end() || left->second.empty()) cp->moved_front.erase(port);
     }
   });
+}
+
+void Engine::NoteOwnerChange(Connection& c, uint16_t port, uint32_t before, uint32_t now) {
+  if (before != 0 && before != kParkedPid && before != now) c.settling.try_emplace(port, before);
+}
+
+bool Engine::PortSettling(Connection& c, uint16_t port) {
+  auto it = c.settling.find(port);
+  if (it == c.settling.end()) return false;
+  if (auto p = c.paths.find(it->second); p != c.paths.end()) {
+    auto for_port = [port](const MessagePtr& m) { return m->header.dport == port; };
+    const Path& old = *p->second;
+    if (std::any_of(old.unacked.begin(), old.unacked.end(), for_port) ||
+        std::any_of(old.backlog.begin(), old.backlog.end(), for_port)) {
+      return true;
+    }
+  }
+  c.settling.erase(it);
+  return false;
 }
 
 void Engine::Resolve(Connection& c, uint16_t port) {
@@ -299,6 +321,16 @@ void Engine::OnRouteAnswer(Connection& c, uint16_t port, uint32_t pid) {
     if (!waiting.empty()) c.unresolved[port] = std::move(waiting);
     RetryParkedLater(c);
     return;
+  }
+  if (port != 0 && pid != 0 && pid != kKernelNodePid) {
+    auto cached = c.routes.find(port);
+    NoteOwnerChange(c, port, cached != c.routes.end() ? cached->second.pid : 0, pid);
+    if (PortSettling(c, port)) {
+      // Answered, but what the previous owner may hand back goes first.
+      if (!waiting.empty()) c.unresolved[port] = std::move(waiting);
+      RetryParkedLater(c);
+      return;
+    }
   }
   c.moved_front.erase(port);
   if (pid == 0) {

@@ -19,6 +19,7 @@
 #include "engine/abandon.h"
 #include "engine/bytes.h"
 #include "engine/control.h"
+#include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
 #include "engine/netns.h"
@@ -65,6 +66,14 @@ constexpr absl::Duration kFindOwnerFor = absl::Seconds(5);
 // This process takes the socket over (nobody owns it): true if it did.
 bool TryTakeOverLocked(const std::shared_ptr<RdsSocket>& rs, Client& c)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  // Reachable before named: the claim makes this process the owner that
+  // senders route the socket's port to, and holders reattach to, at once; an
+  // engine that did not listen yet would look gone to them, and a sender
+  // drops what it had for a gone engine (DESIGN.md §2.4).
+  if (absl::Status s = Engine::Get().Serve(rs->ns); !s.ok()) {
+    log::Warn("socket %016x: taken over while its namespace is not served: %s", rs->id,
+              s.ToString());
+  }
   if (!HostRegistry::Get().ClaimSocket(rs->id).ok()) return false;  // another holder was first
   RegisterTakenOver(rs, c.backing);
   internal::TakeParkedState(rs, c.backing, c.bound, std::exchange(c.port_fd, -1));

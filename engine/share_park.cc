@@ -184,7 +184,8 @@ bool Park(RdsSocket& rs) {
   int shared_fd;
   {
     rds::MutexLock lock(&rs.mu);
-    rs.released = true;  // deliveries from now on find it closed, as after a close
+    rs.released = true;  // deliveries from now on find it gone, as after a close,
+    rs.parked = true;    // but what they bring is sent again to its next owner
     st = TakeStateLocked(rs);
     shared_fd = std::exchange(rs.shared_fd, -1);
   }
@@ -214,6 +215,7 @@ bool Park(RdsSocket& rs) {
     }
     rds::MutexLock lock(&rs.mu);
     rs.released = false;
+    rs.parked = false;
     for (MessagePtr& m : st.queue) {
       rs.rcv_bytes += m->payload.size();
       rs.recv_queue.push_back(std::move(m));

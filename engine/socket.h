@@ -69,6 +69,10 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
 
   mutable rds::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;
+  // Released because it was parked for another process (engine/share.h), not
+  // closed: a message that finds it so is not dropped but goes where the
+  // socket goes (DeliverResult::kParked).
+  bool parked ABSL_GUARDED_BY(mu) = false;
   bool nonblocking ABSL_GUARDED_BY(mu);
   std::optional<RdsEndpoint> bound ABSL_GUARDED_BY(mu);
   // A socket other processes hold keeps its port with an open-file lock that

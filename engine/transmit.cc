@@ -148,11 +148,17 @@ void Engine::DeliverLocally(Connection& c, MessagePtr m) {
     pong->saddr = m->daddr;
     pong->daddr = m->saddr;
     stats::Inc(stats::kSendPong);
-    if (auto rs = FindBound(c.ns->key(), {m->saddr, m->header.sport})) Deliver(*rs, pong);
+    if (auto rs = FindBound(c.ns->key(), {m->saddr, m->header.sport})) Deliver(*rs, std::move(pong));
     return;
   }
   if (auto rs = FindBound(c.ns->key(), {m->daddr, m->header.dport})) {
-    Deliver(*rs, std::move(m));
+    if (Deliver(*rs, std::move(m)) == DeliverResult::kParked) {
+      // Parked meanwhile by another thread: the message waits for the
+      // socket's next owner (nothing else waits for that port: it was ours).
+      const uint16_t port = m->header.dport;
+      c.unresolved[port].push_back(std::move(m));
+      RetryParkedLater(c);
+    }
   } else {
     stats::Inc(stats::kRecvDropNoSock);
   }

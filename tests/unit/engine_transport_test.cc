@@ -291,6 +291,65 @@ TEST(EngineOverTransport, PeerRestartDropsWhatTheOldPeerWasSent) {
   EXPECT_EQ(fresh->header.sequence, 2u) << "the sender's sequence space goes on";
 }
 
+// The peer's port moves to another engine of its host (a socket handed to
+// another process) while three messages are on their way: the peer hands
+// back the first (control kMoved) before the other two, and the sender sends
+// a fourth meanwhile. The new owner gets all four in order: nothing goes
+// there until the old owner has handed back or acknowledged every message
+// for that port.
+TEST(EngineOverTransport, MovedMessagesGoToTheNewOwnerAheadOfLaterOnes) {
+  TestSocket s(4006);
+  for (const char* text : {"m1", "m2", "m3"}) ASSERT_TRUE(s.SendTo("10.99.0.7", 5006, text).ok());
+  std::shared_ptr<MemChannel> old_owner = AnswerQueryAndAccept("10.99.0.7", 5006);
+  ASSERT_NE(old_owner, nullptr);
+  std::vector<uint64_t> seqs;
+  for (int i = 0; i < 3; ++i) {
+    std::optional<Record> r = old_owner->NextWhere(IsData);
+    ASSERT_TRUE(r.has_value());
+    seqs.push_back(r->header.sequence);
+  }
+  auto moved = [&](uint64_t seq) {
+    old_owner->Deliver(control::EncodeU64List(control::Op::kMoved, {&seq, 1}));
+  };
+  // The engine asks again where the port is, on the path it has (as often
+  // as it needs to): the port is at the peer's next engine.
+  auto answer_query = [&] {
+    std::optional<Record> query = old_owner->NextWhere([](const Record& r) {
+      if (!wire::IsShimControl(r.header)) return false;
+      MessagePtr m = NewMessage();
+      m->header = r.header;
+      m->payload = Payload(r.payload.data(), r.payload.size());
+      absl::StatusOr<control::Control> c = control::DecodeControl(m->header, m->payload);
+      return c.ok() && c->op == control::Op::kRouteQuery;
+    });
+    if (!query) return false;
+    control::Control answer;
+    answer.op = control::Op::kRouteReply;
+    answer.port = 5006;
+    answer.owner_pid = kPeerPid + 1;
+    old_owner->Deliver(control::EncodeControl(answer));
+    return true;
+  };
+  moved(seqs[0]);
+  ASSERT_TRUE(answer_query()) << "no route query after kMoved";
+  ASSERT_TRUE(s.SendTo("10.99.0.7", 5006, "m4").ok());
+  usleep(300 * 1000);  // time enough to send m1 and m4 to the new owner too early
+  moved(seqs[1]);
+  moved(seqs[2]);
+  ASSERT_TRUE(answer_query()) << "no route query after the second kMoved";
+  std::optional<Attempt> a = NextAttemptTo("10.99.0.7");
+  ASSERT_TRUE(a.has_value()) << "no link to the new owner";
+  EXPECT_EQ(a->target.peer_pid, kPeerPid + 1);
+  a->channel->Connected();
+  ExpectHello(*a->channel);
+  Reply(*a->channel, control::HelloResult::kAccept, 0, kPeerGen + 7, 0);
+  for (const char* want : {"m1", "m2", "m3", "m4"}) {
+    std::optional<Record> r = a->channel->NextWhere(IsData);
+    ASSERT_TRUE(r.has_value()) << "missing " << want;
+    EXPECT_EQ(Text(*r), want);
+  }
+}
+
 TEST(EngineOverTransport, AcceptsALinkThePeerOpens) {
   TestSocket s(4003);
   absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
