@@ -11,8 +11,12 @@
 //   * rate: one sender process streams messages one way to one receiver process, one send call
 //     per message; messages/s and payload MB/s at the receiver, and for messages of 64 KiB and
 //     more the share of the time the receiver got nothing for 1 ms or more (stalls);
-// once over AF_RDS through the preloaded shim and once over raw TCP carrying the same 48-byte
-// RDS framing (one writev per message, buffered reads, TCP_NODELAY). Then the idle cost: one
+// once over AF_RDS through the preloaded shim, once over raw TCP carrying the same 48-byte
+// RDS framing (one writev per message, buffered reads, TCP_NODELAY) and, on the same host, once
+// over a Unix SOCK_SEQPACKET socket pair (the floor of any same-host IPC: issue 19), each with
+// the CPU time both processes used (user + system) per message or round trip. Every
+// measurement runs in each CPU placement (--cpus): server and client pinned to different CPUs
+// (split), both pinned to one (same), and left to the scheduler (none). Then the idle cost: one
 // process holding N bound sockets (user-space memory per socket, CPU while idle). Then scale, on
 // the same host: one hub process binds N sockets (--scale-sockets, default 10,000) and echoes
 // every message, P peer processes (--scale-peers, default 64) each send one message to every
@@ -39,6 +43,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +71,9 @@ namespace {
 constexpr size_t kHeader = 48;            // struct rds_header
 constexpr size_t kMaxSize = 1 << 20;      // RDS_MAX_MSG_SIZE
 constexpr size_t kEndMarkerSize = 1;      // a stream ends with one 1-byte message
+// The Unix baseline's largest message: a SOCK_SEQPACKET record must fit the send buffer, which
+// only root can raise past net.core.wmem_max (208 KiB by default).
+constexpr size_t kUnixMaxSize = 64 * 1024;
 // A stream's sink counts gaps of this length or more between messages as stalls, for
 // messages of kStallTimedMinSize bytes and more.
 constexpr double kStallGapSec = 1e-3;
@@ -271,6 +279,53 @@ int TcpListenAccept(const WorkerArgs& a) {
   return fd;
 }
 
+// The Unix baseline's rendezvous: an abstract name per port (the run's ports are unique).
+sockaddr_un UnixName(int port, socklen_t* len) {
+  sockaddr_un un = {};
+  un.sun_family = AF_UNIX;
+  int n = snprintf(un.sun_path + 1, sizeof(un.sun_path) - 1, "rds-bench-%d-%d", getppid(), port);
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return un;
+}
+
+// Unix SOCK_SEQPACKET (the kernel keeps record boundaries: one send and one receive call per
+// message, as over RDS) with buffers as large as the RDS runs' where allowed: root may exceed
+// net.core.wmem_max/rmem_max (SO_*BUFFORCE), others get those limits.
+void UnixBuffers(int fd) {
+  int buf = 8 << 20;
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof(buf)) != 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  }
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof(buf)) != 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  }
+}
+
+int UnixListenAccept(const WorkerArgs& a) {
+  int l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  if (l < 0) Die("socket(unix)");
+  socklen_t len;
+  sockaddr_un un = UnixName(a.port, &len);
+  if (bind(l, reinterpret_cast<sockaddr*>(&un), len) != 0) Die("unix bind");
+  if (listen(l, 1) != 0) Die("unix listen");
+  Ready();
+  int fd = accept(l, nullptr, nullptr);
+  if (fd < 0) Die("unix accept");
+  close(l);
+  UnixBuffers(fd);
+  return fd;
+}
+
+int UnixConnect(const WorkerArgs& a) {
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  if (fd < 0) Die("socket(unix)");
+  UnixBuffers(fd);
+  socklen_t len;
+  sockaddr_un un = UnixName(a.port, &len);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&un), len) != 0) Die("unix connect");
+  return fd;
+}
+
 int TcpConnect(const WorkerArgs& a) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) Die("socket(tcp)");
@@ -284,7 +339,8 @@ int TcpConnect(const WorkerArgs& a) {
 template <typename Exchange>
 int PingLoop(const WorkerArgs& a, Exchange exchange) {
   const double warm_until = NowSec() + std::min(0.2, a.seconds / 4);
-  while (NowSec() < warm_until) exchange();
+  uint64_t warm = 0;
+  for (; NowSec() < warm_until; ++warm) exchange();
   std::vector<double> rtt;
   rtt.reserve(1 << 20);
   const double end = NowSec() + a.seconds;
@@ -298,9 +354,9 @@ int PingLoop(const WorkerArgs& a, Exchange exchange) {
   std::sort(rtt.begin(), rtt.end());
   double sum = 0;
   for (double v : rtt) sum += v;
-  printf("result count=%zu p50_us=%.3f p99_us=%.3f mean_us=%.3f\n", rtt.size(),
+  printf("result count=%zu p50_us=%.3f p99_us=%.3f mean_us=%.3f warm_up=%lu\n", rtt.size(),
          rtt[rtt.size() / 2], rtt[std::min(rtt.size() - 1, rtt.size() * 99 / 100)],
-         sum / static_cast<double>(rtt.size()));
+         sum / static_cast<double>(rtt.size()), static_cast<unsigned long>(warm));
   return 0;
 }
 
@@ -785,6 +841,43 @@ int RunWorker(const WorkerArgs& a) {
     close(fd);
     return 0;
   }
+  if (a.role == "unix-echo" || a.role == "unix-sink") {
+    const int fd = UnixListenAccept(a);
+    if (a.role == "unix-sink") {
+      int rc = SinkLoop(a, [&] {
+        ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+        if (n < 0) Die("unix recv");
+        return static_cast<size_t>(n);
+      });
+      if (send(fd, buf.data(), 1, 0) != 1) Die("unix send (end of stream answer)");
+      return rc;
+    }
+    for (;;) {
+      WaitReadable(a, fd);
+      ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) return n == 0 ? 0 : 1;
+      if (send(fd, buf.data(), static_cast<size_t>(n), 0) != n) Die("unix send (echo)");
+    }
+  }
+  if (a.role == "unix-ping" || a.role == "unix-source") {
+    const int fd = UnixConnect(a);
+    if (a.role == "unix-ping") {
+      return PingLoop(a, [&] {
+        if (send(fd, buf.data(), a.size, 0) != static_cast<ssize_t>(a.size)) Die("unix send");
+        WaitReadable(a, fd);
+        if (recv(fd, buf.data(), buf.size(), 0) != static_cast<ssize_t>(a.size)) Die("unix recv");
+      });
+    }
+    const double end = NowSec() + a.seconds;
+    uint64_t i = 0;
+    for (;;) {
+      if ((++i & 63) == 0 && NowSec() >= end) break;
+      if (send(fd, buf.data(), a.size, 0) != static_cast<ssize_t>(a.size)) Die("unix send");
+    }
+    if (send(fd, buf.data(), kEndMarkerSize, 0) != 1) Die("unix send (end marker)");
+    if (recv(fd, buf.data(), buf.size(), 0) < 0) Die("unix recv (end of stream answer)");
+    return 0;
+  }
   if (a.role == "tcp-echo" || a.role == "tcp-sink") {
     const int fd = TcpListenAccept(a);
     FramedTcp t(fd);
@@ -850,10 +943,11 @@ struct Options {
   // every trial); the summary reports medians and the range of the per-trial ratios.
   int trials = 1;
   std::vector<std::string> placements = {"host", "netns"};
-  std::string cpus = "split";  // split: server cpu0, client cpu1; same: both cpu0; none
+  // CPU placements, each measured: split (server cpu0, client cpu1), same (both cpu0), none.
+  std::vector<std::string> cpus = {"split", "same", "none"};
   std::string csv = "rds-bench.csv";
   std::string plot = "rds-bench.png";
-  std::vector<std::string> transports = {"rds", "tcp"};
+  std::vector<std::string> transports = {"rds", "tcp", "unix"};  // unix: same host only
   size_t idle_sockets = 1000;  // 0: no idle measurement
   size_t scale_sockets = 10000;  // 0: no scale measurement
   int scale_peers = 64;
@@ -872,6 +966,7 @@ struct Worker {
   pid_t pid = -1;
   FILE* out = nullptr;
   int in = -1;  // the worker's stdin, when it takes commands
+  double cpu_seconds = 0;  // user + system of the whole process, once Finish() reaped it
 };
 
 std::string g_self;
@@ -962,7 +1057,10 @@ bool Finish(Worker& w, bool kill_it) {
   w.in = -1;
   if (kill_it) kill(w.pid, SIGKILL);
   int status = 0;
-  waitpid(w.pid, &status, 0);
+  rusage ru = {};
+  wait4(w.pid, &status, 0, &ru);
+  w.cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
   g_children.erase(std::remove(g_children.begin(), g_children.end(), w.pid), g_children.end());
   fclose(w.out);
   return kill_it || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -979,9 +1077,9 @@ std::map<std::string, double> ParseResult(const std::string& line) {
 }
 
 struct Row {
-  std::string test;       // latency | rate
-  std::string placement;  // host | netns
-  std::string transport;  // rds | tcp
+  std::string test;       // latency | latency-poll | latency-epoll | rate | idle | scale
+  std::string placement;  // host | netns, then the CPU placement: "host split", "netns none"
+  std::string transport;  // rds | tcp | unix
   size_t size = 0;
   int trial = 0;  // 0 … --trials - 1
   std::map<std::string, double> v;
@@ -990,6 +1088,10 @@ struct Row {
     return test == t && placement == pl && transport == tr && size == sz;
   }
 };
+
+// "host split": where the processes run, then how they are placed on the CPUs.
+std::string Where(const std::string& hosts, const std::string& cpus) { return hosts + " " + cpus; }
+std::string CpusOf(const std::string& where) { return where.substr(where.find(' ') + 1); }
 
 int g_port = 0;
 
@@ -1001,8 +1103,9 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
   const bool ping_pong = test != "rate";  // latency, latency-poll, latency-epoll
   std::string server_role = transport + (ping_pong ? "-echo" : "-sink");
   std::string client_role = transport + (ping_pong ? "-ping" : "-source");
-  int srv_cpu = o.cpus == "split" || o.cpus == "same" ? 0 : -1;
-  int cli_cpu = o.cpus == "split" ? 1 : o.cpus == "same" ? 0 : -1;
+  const std::string cpus = CpusOf(row->placement);
+  int srv_cpu = cpus == "split" || cpus == "same" ? 0 : -1;
+  int cli_cpu = cpus == "split" ? 1 : cpus == "same" ? 0 : -1;
   auto common = [&](const std::string& role, int cpu) {
     std::vector<std::string> args = {
         "--worker=" + role,        "--addr=" + (role == server_role ? srv.addr : cli.addr),
@@ -1042,6 +1145,11 @@ bool Measure(const Options& o, const std::string& test, const std::string& trans
             SizeName(size).c_str(), result.empty() ? "no result" : result.c_str());
     return false;
   }
+  // Both processes' CPU time over their whole run (start-up and warm-up included: a few ms of
+  // a measurement's seconds), per message of the stream or per round trip.
+  const double cpu_us = (server.cpu_seconds + client.cpu_seconds) * 1e6;
+  const double ops = ping_pong ? row->v["count"] + row->v["warm_up"] : row->v["msgs"];
+  if (ops > 0) row->v[ping_pong ? "cpu_us_per_rtt" : "cpu_us_per_msg"] = cpu_us / ops;
   return true;
 }
 
@@ -1060,10 +1168,11 @@ bool MeasureAndPrint(const Options& o, const std::string& test, const std::strin
     return false;
   }
   if (test != "rate") {
-    printf("p50 %.1f us, p99 %.1f us (%.0f round trips)\n", row->v["p50_us"], row->v["p99_us"],
-           row->v["count"]);
+    printf("p50 %.1f us, p99 %.1f us (%.0f round trips), %.1f us CPU per round trip\n",
+           row->v["p50_us"], row->v["p99_us"], row->v["count"], row->v["cpu_us_per_rtt"]);
   } else {
-    printf("%.0f msg/s, %.1f MB/s", row->v["msg_per_s"], row->v["mb_per_s"]);
+    printf("%.0f msg/s, %.1f MB/s, %.2f us CPU per message", row->v["msg_per_s"],
+           row->v["mb_per_s"], row->v["cpu_us_per_msg"]);
     if (row->v.count("stalled_pct")) {
       printf(", stalled %.0f%% of the time (gaps >= %.0f ms)", row->v["stalled_pct"],
              kStallGapSec * 1e3);
@@ -1263,18 +1372,19 @@ std::vector<Row> Medians(const std::vector<Row>& rows) {
   return out;
 }
 
-// The shim-to-TCP ratio of `key`, one per trial in which both were measured (side by side).
+// The shim-to-`base` ratio of `key` (base: tcp or unix), one per trial in which both were
+// measured (side by side).
 struct Ratio {
   double median = NAN, min = NAN, max = NAN;
   size_t trials = 0;
 };
 Ratio RatioOf(const std::vector<Row>& rows, const std::string& test, const std::string& pl,
-              size_t size, const char* key) {
+              size_t size, const char* key, const char* base = "tcp") {
   std::vector<double> per_trial;
   for (const Row& r : rows) {
     if (!r.Is(test, pl, "rds", size)) continue;
     for (const Row& t : rows) {
-      if (t.Is(test, pl, "tcp", size) && t.trial == r.trial && r.v.count(key) && t.v.count(key)) {
+      if (t.Is(test, pl, base, size) && t.trial == r.trial && r.v.count(key) && t.v.count(key)) {
         per_trial.push_back(r.v.at(key) / t.v.at(key));
       }
     }
@@ -1306,22 +1416,29 @@ void WriteCsv(const Options& o, const std::vector<Row>& rows) {
   // the second sweep, rss_kib_per_socket = the hub's; the columns from peers to hub_rss_kib
   // are theirs only. One row per trial (--trials), numbered from 0. stalled_pct: rate rows of
   // 64 KiB and more, the share of the time in gaps of 1 ms or more between two messages.
+  // cpus: the CPU placement (split, same, none; scale and idle: none); cpu_us_per_msg (rate) and
+  // cpu_us_per_rtt (latency tests): user + system time of both processes.
   fprintf(f, "test,placement,transport,size,p50_us,p99_us,mean_us,count,msg_per_s,mb_per_s,"
              "rss_kib_per_socket,idle_cpu_pct,peers,first_sweep_s,sweep_s,failed,"
-             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib,trial,stalled_pct\n");
+             "max_links_per_peer,peers_linked,hub_fds,hub_rss_kib,trial,stalled_pct,cpus,"
+             "cpu_us_per_msg,cpu_us_per_rtt\n");
   for (const Row& r : rows) {
     auto g = [&](const char* k) {
       auto it = r.v.find(k);
       return it == r.v.end() ? std::string() : std::to_string(it->second);
     };
-    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%s\n",
+    const size_t space = r.placement.find(' ');
+    const std::string hosts = r.placement.substr(0, space);
+    const std::string cpus = space == std::string::npos ? "none" : r.placement.substr(space + 1);
+    fprintf(f, "%s,%s,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%s,%s,%s,%s\n",
             r.test.c_str(),
-            r.placement.c_str(), r.transport.c_str(), r.size, g("p50_us").c_str(),
+            hosts.c_str(), r.transport.c_str(), r.size, g("p50_us").c_str(),
             g("p99_us").c_str(), g("mean_us").c_str(), g("count").c_str(), g("msg_per_s").c_str(),
             g("mb_per_s").c_str(), g("rss_kib_per_socket").c_str(), g("idle_cpu_pct").c_str(),
             g("peers").c_str(), g("first_sweep_s").c_str(), g("sweep_s").c_str(),
             g("failed").c_str(), g("max_links_per_peer").c_str(), g("peers_linked").c_str(),
-            g("hub_fds").c_str(), g("hub_rss_kib").c_str(), r.trial, g("stalled_pct").c_str());
+            g("hub_fds").c_str(), g("hub_rss_kib").c_str(), r.trial, g("stalled_pct").c_str(),
+            cpus.c_str(), g("cpu_us_per_msg").c_str(), g("cpu_us_per_rtt").c_str());
   }
   fclose(f);
   printf("wrote %s\n", o.csv.c_str());
@@ -1363,10 +1480,12 @@ void WritePlot(const Options& o, const std::vector<Row>& all_trials,
   }
   fclose(d);
   std::string script;
-  script += "set terminal pngcairo size 1400,900 noenhanced font ',10'\n";
+  const size_t width = std::max<size_t>(1400, 470 * placements.size());
+  script += "set terminal pngcairo size " + std::to_string(width) + ",900 noenhanced font ',10'\n";
   script += "set output '" + o.plot + "'\n";
   script += "set multiplot layout 2," + std::to_string(placements.size()) +
-            " title 'rds-bench: shim (AF_RDS) vs raw TCP with the same 48-byte framing'\n";
+            " title 'rds-bench: shim (AF_RDS) vs raw TCP with the same 48-byte framing and Unix "
+            "SOCK_SEQPACKET'\n";
   script += "set logscale x 2\nset grid\nset key top left\nset xlabel 'message size'\n";
   script += "set xtics ('64' 64, '256' 256, '1K' 1024, '4K' 4096, '16K' 16384, '64K' 65536, "
             "'256K' 262144, '1M' 1048576)\n";
@@ -1374,14 +1493,18 @@ void WritePlot(const Options& o, const std::vector<Row>& all_trials,
   for (const std::string& test : {std::string("latency"), std::string("rate")}) {
     for (const std::string& pl : placements) {
       script += "set title '" + std::string(test == "latency" ? "round trip p50" : "one-way rate") +
-                " (" + (pl == "host" ? "same host, loopback" : "two netns hosts, veth") + ")'\n";
+                " (" + (pl.rfind("host ", 0) == 0 ? "same host" : "two netns hosts, veth") +
+                ", cpus " + CpusOf(pl) + ")'\n";
       script += test == "latency" ? "set ylabel 'microseconds'\nset logscale y 10\n"
                                   : "set ylabel 'payload MB/s'\nunset logscale y\n";
       script += "plot ";
       for (size_t t = 0; t < o.transports.size(); ++t, ++idx) {
         if (t) script += ", ";
         script += "'" + dat + "' index " + std::to_string(idx) + " using 1:2 with linespoints lw 2 title '" +
-                  (o.transports[t] == "rds" ? "AF_RDS via rds-preload" : "raw TCP") + "'";
+                  (o.transports[t] == "rds"   ? "AF_RDS via rds-preload"
+                   : o.transports[t] == "tcp" ? "raw TCP"
+                                              : "Unix SOCK_SEQPACKET") +
+                  "'";
       }
       script += "\n";
     }
@@ -1415,22 +1538,32 @@ void PrintSummary(const Options& o, const std::vector<Row>& all_trials,
            "(shim and TCP side by side in each trial), which can differ from the ratio of the "
            "medians; range: the lowest and highest per-trial ratio\n", o.trials);
   }
-  printf("\n%-13s %-6s %-8s %12s %12s %12s %12s %12s %8s%s\n", "test", "where", "size",
-         "rds p50us", "tcp p50us", "rds msg/s", "tcp msg/s", "rds MB/s", "rds/tcp",
+  // Latency rows: p50 round trips and CPU per round trip; rate rows: messages/s and CPU per
+  // message. rds/unix and rds/tcp: of p50 (latency) or msg/s (rate); the range is rds/tcp's.
+  printf("\n%-13s %-11s %-8s %10s %10s %10s %10s %10s %10s %8s %8s%s\n", "test", "where", "size",
+         "rds", "tcp", "unix", "rds cpu", "tcp cpu", "unix cpu", "rds/unix", "rds/tcp",
          trials ? "  trials range" : "");
+  printf("%-13s %-11s %-8s %10s %10s %10s %10s\n", "", "", "", "(p50 us or", "", "", "(us per");
+  printf("%-13s %-11s %-8s %10s %10s %10s %10s\n", "", "", "", "msg/s)", "", "", "rtt/msg)");
   for (const std::string& test : kTests) {
     for (const std::string& pl : placements) {
       for (size_t size : SizesOf(o, test)) {
         const Row* r = Find(rows, test, pl, "rds", size);
         const Row* t = Find(rows, test, pl, "tcp", size);
-        if (!r && !t) continue;
+        const Row* u = Find(rows, test, pl, "unix", size);
+        if (!r && !t && !u) continue;
         auto val = [](const Row* x, const char* k) {
           return x && x->v.count(k) ? x->v.at(k) : NAN;
         };
-        Ratio ratio = RatioOf(all_trials, test, pl, size, test != "rate" ? "p50_us" : "msg_per_s");
-        printf("%-13s %-6s %-8s %12.1f %12.1f %12.0f %12.0f %12.1f %8.2f", test.c_str(),
-               pl.c_str(), SizeName(size).c_str(), val(r, "p50_us"), val(t, "p50_us"),
-               val(r, "msg_per_s"), val(t, "msg_per_s"), val(r, "mb_per_s"), ratio.median);
+        const char* key = test != "rate" ? "p50_us" : "msg_per_s";
+        const char* cpu = test != "rate" ? "cpu_us_per_rtt" : "cpu_us_per_msg";
+        Ratio ratio = RatioOf(all_trials, test, pl, size, key);
+        Ratio unix_ratio = RatioOf(all_trials, test, pl, size, key, "unix");
+        printf("%-13s %-11s %-8s %10.*f %10.*f %10.*f %10.2f %10.2f %10.2f %8.2f %8.2f",
+               test.c_str(), pl.c_str(), SizeName(size).c_str(), test != "rate" ? 1 : 0,
+               val(r, key), test != "rate" ? 1 : 0, val(t, key), test != "rate" ? 1 : 0,
+               val(u, key), val(r, cpu), val(t, cpu), val(u, cpu), unix_ratio.median,
+               ratio.median);
         if (trials) printf("  %.2f-%.2f", ratio.min, ratio.max);
         printf("\n");
       }
@@ -1439,27 +1572,48 @@ void PrintSummary(const Options& o, const std::vector<Row>& all_trials,
   // Issue 6's targets, where this run measured them.
   printf("\nissue 6 targets%s:\n", trials ? " (medians over the trials)" : "");
   auto target = [&](const std::string& what, bool measured, bool met, const std::string& detail) {
-    printf("  %-58s %-5s %s\n", what.c_str(), !measured ? "n/a" : met ? "MET" : "MISS",
+    printf("  %-66s %-5s %s\n", what.c_str(), !measured ? "n/a" : met ? "MET" : "MISS",
            measured ? detail.c_str() : "");
   };
   char buf[256];
+  // Issue 6 set its targets with the server and the client on CPUs of their own.
   for (const std::string& pl : placements) {
+    if (CpusOf(pl) != "split") continue;
     Ratio ratio = RatioOf(all_trials, "latency", pl, 64, "p50_us");
     target("64 B RTT <= 1.2x raw TCP (" + pl + ")", ratio.trials > 0, ratio.median <= 1.2,
            RatioText(ratio, 1, "x"));
   }
   {
-    const Row* r = Find(rows, "rate", "host", "rds", 64);
-    Ratio ratio = RatioOf(all_trials, "rate", "host", 64, "msg_per_s");
+    const std::string pl = Where("host", "split");
+    const Row* r = Find(rows, "rate", pl, "rds", 64);
+    Ratio ratio = RatioOf(all_trials, "rate", pl, 64, "msg_per_s");
     double rate = r ? r->v.at("msg_per_s") : NAN;
     snprintf(buf, sizeof(buf), "%.0f msg/s, %s TCP", rate, RatioText(ratio, 1, "x").c_str());
-    target("64 B one-way >= 3,000,000 msg/s and >= 3x TCP (host)", ratio.trials > 0,
+    target("64 B one-way >= 3,000,000 msg/s and >= 3x TCP (" + pl + ")", ratio.trials > 0,
            rate >= 3e6 && ratio.median >= 3, buf);
   }
   for (const std::string& pl : placements) {
+    if (CpusOf(pl) != "split") continue;
     Ratio ratio = RatioOf(all_trials, "rate", pl, 1 << 20, "mb_per_s");
     target("1 MiB one-way >= 90% of TCP bandwidth (" + pl + ")", ratio.trials > 0,
            ratio.median >= 0.9, RatioText(ratio, 100, "%") + " of TCP");
+  }
+  // Issue 19: on one host, in every CPU placement, against Unix SOCK_SEQPACKET and raw TCP.
+  printf("\nissue 19 targets (same host, every CPU placement)%s:\n",
+         trials ? " (medians over the trials)" : "");
+  for (const std::string& pl : placements) {
+    if (pl.rfind("host ", 0) != 0) continue;
+    for (const char* test : {"latency", "latency-poll", "latency-epoll"}) {
+      Ratio ratio = RatioOf(all_trials, test, pl, 64, "p50_us", "unix");
+      target(std::string("64 B ") + test + " RTT <= 1.5x Unix SOCK_SEQPACKET (" + pl + ")",
+             ratio.trials > 0, ratio.median <= 1.5, RatioText(ratio, 1, "x"));
+    }
+    Ratio rate = RatioOf(all_trials, "rate", pl, 64, "msg_per_s");
+    target("64 B one-way >= 3x raw TCP's rate (" + pl + ")", rate.trials > 0, rate.median >= 3,
+           RatioText(rate, 1, "x"));
+    Ratio cpu = RatioOf(all_trials, "rate", pl, 64, "cpu_us_per_msg");
+    target("64 B one-way CPU per message <= raw TCP's (" + pl + ")", cpu.trials > 0,
+           cpu.median <= 1, RatioText(cpu, 1, "x"));
   }
   for (const Row& r : rows) {
     if (r.test != "idle") continue;
@@ -1486,8 +1640,8 @@ constexpr char kSynopsis[] =
     "usage: rds-bench --preload LIB [--seconds S] [--trials N] [--lat-sizes LIST]\n"
     "                 [--rate-sizes LIST]\n"
     "                 [--poll-lat-sizes LIST] [--placements host,netns]\n"
-    "                 [--cpus split|same|none]\n"
-    "                 [--transports rds,tcp] [--idle-sockets N] [--scale-sockets N]\n"
+    "                 [--cpus split,same,none]\n"
+    "                 [--transports rds,tcp,unix] [--idle-sockets N] [--scale-sockets N]\n"
     "                 [--scale-peers P] [--scale-wait auto|epoll|poll] [--csv FILE]\n"
     "                 [--plot FILE.png|''] [--tcp-congestion NAME]";
 constexpr char kSizeList[] =
@@ -1498,10 +1652,11 @@ rds::tools::ToolHelp Help() {
   return {
       "rds-bench",
       kSynopsis,
-      "Measures the shim against raw TCP with the same framing: ping-pong latency (also waiting\n"
-      "in poll() and epoll_wait()), one-way rate, on one host and across two network-namespace\n"
-      "hosts (root), the idle cost and a scale run; prints a summary against issue 6's targets\n"
-      "and writes a CSV and (with gnuplot) a PNG.",
+      "Measures the shim against raw TCP with the same framing and (one host) Unix\n"
+      "SOCK_SEQPACKET: ping-pong latency (also waiting in poll() and epoll_wait()), one-way\n"
+      "rate and the CPU time per message, on one host and across two network-namespace hosts\n"
+      "(root), in three CPU placements, then the idle cost and a scale run; prints a summary\n"
+      "against issues 6 and 19's targets and writes a CSV and (with gnuplot) a PNG.",
       {
           {"--preload LIB", "the rds-preload library (required)"},
           {"--seconds S", "seconds per measurement (default 1)"},
@@ -1510,8 +1665,9 @@ rds::tools::ToolHelp Help() {
           {"--rate-sizes LIST", "one-way rate message sizes (default 64,1K,8K,64K,1M)"},
           {"--poll-lat-sizes LIST", "ping-pong sizes waiting in poll()/epoll_wait() (default 64)"},
           {"--placements host,netns", "where the processes run (default both; netns needs root)"},
-          {"--cpus split|same|none", "split: server cpu0, client cpu1 (default); same: cpu0; none"},
-          {"--transports rds,tcp", "what to measure (default both)"},
+          {"--cpus split,same,none", "CPU placements, each measured (default all three): split: "
+                                     "server cpu0, client cpu1; same: both cpu0; none: unpinned"},
+          {"--transports rds,tcp,unix", "what to measure (default all; unix: one host, <= 64 KiB)"},
           {"--idle-sockets N", "bound sockets of the idle measurement (default 1000; 0: none)"},
           {"--scale-sockets N", "sockets of the scale run's hub (default 10000; 0: no scale run)"},
           {"--scale-peers P", "peer processes of the scale run (default 64)"},
@@ -1540,8 +1696,10 @@ rds::tools::ToolHelp Help() {
 int Usage() {
   fprintf(stderr,
           "%s\n%s\n"
-          "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, server on cpu0\n"
-          "  and client on cpu1; the ping-pong again at 64 B with every receive preceded by\n"
+          "  Defaults: 64 B … 1 MiB, 1 s per measurement, both placements, each in three CPU\n"
+          "  placements (server cpu0 and client cpu1; both cpu0; unpinned), the shim, raw TCP\n"
+          "  and (one host, up to 64 KiB) Unix SOCK_SEQPACKET; the ping-pong again at 64 B with\n"
+          "  every receive preceded by\n"
           "  poll() and by epoll_wait() (--poll-lat-sizes: rds-stress's and event loops'\n"
           "  waits), an idle process with 1000 bound sockets (--idle-sockets 0: none), and\n"
           "  the scale run: one process with 10000 sockets echoing to 64 peer processes,\n"
@@ -1593,7 +1751,7 @@ int main(int argc, char** argv) {
     else if (key == "--index") w.index = atoi(val.c_str());
     else if (key == "--wait") w.wait = val;
     else if (key == "--scale-wait") o.scale_wait = val;
-    else if (key == "--cpus") o.cpus = val;
+    else if (key == "--cpus") o.cpus = Split(val, ',');
     else if (key == "--tcp-congestion") o.tcp_congestion = w.tcp_congestion = val;
     else if (key == "--csv") o.csv = val;
     else if (key == "--plot") o.plot = val;
@@ -1617,7 +1775,12 @@ int main(int argc, char** argv) {
   }
   if (worker) return RunWorker(w);
   if (o.preload.empty() || o.seconds <= 0 || o.trials < 1) return Usage();
-  if (o.cpus != "split" && o.cpus != "same" && o.cpus != "none") return Usage();
+  for (const std::string& c : o.cpus) {
+    if (c != "split" && c != "same" && c != "none") return Usage();
+  }
+  for (const std::string& t : o.transports) {
+    if (t != "rds" && t != "tcp" && t != "unix") return Usage();
+  }
   if (o.scale_wait != "auto" && o.scale_wait != "epoll" && o.scale_wait != "poll") return Usage();
   if (o.scale_sockets > 0 &&
       (o.scale_peers < 1 || static_cast<size_t>(o.scale_peers) > o.scale_sockets ||
@@ -1662,19 +1825,26 @@ int main(int argc, char** argv) {
     } else if (pl != "host") {
       return Usage();
     }
-    placements.push_back(pl);
-    for (const std::string& test : kTests) {
-      for (size_t size : SizesOf(o, test)) {
-        for (int trial = 0; trial < o.trials; ++trial) {
-          std::vector<std::string> order = o.transports;
-          if (trial % 2) std::reverse(order.begin(), order.end());
-          for (const std::string& tr : order) {
-            Row row;
-            if (MeasureAndPrint(o, test, pl, tr, srv, cli, size, trial, &row)) {
-              rows.push_back(std::move(row));
-            } else {
-              failed = true;
+    for (const std::string& cpus : o.cpus) {
+      const std::string where = Where(pl, cpus);
+      placements.push_back(where);
+      for (const std::string& test : kTests) {
+        for (size_t size : SizesOf(o, test)) {
+          // The Unix baseline exists on one host only, and for records its buffers hold.
+          std::vector<std::string> order;
+          for (const std::string& tr : o.transports) {
+            if (tr != "unix" || (pl == "host" && size <= kUnixMaxSize)) order.push_back(tr);
+          }
+          for (int trial = 0; trial < o.trials; ++trial) {
+            for (const std::string& tr : order) {
+              Row row;
+              if (MeasureAndPrint(o, test, where, tr, srv, cli, size, trial, &row)) {
+                rows.push_back(std::move(row));
+              } else {
+                failed = true;
+              }
             }
+            std::reverse(order.begin(), order.end());
           }
         }
       }
