@@ -51,6 +51,7 @@ uint32_t Engine::LocalOwner(Connection& c, uint16_t port) {
     if (owner.ok()) pid = static_cast<uint32_t>(*owner);
     else log::Warn("port owner lookup: %s", owner.status().ToString());
   }
+  if (it != c.routes.end() && pid != 0) NoteOwnerChange(c, port, it->second.pid, pid);
   c.routes[port] = {pid, gen};
   return pid;
 }
@@ -103,11 +104,8 @@ bool Engine::RouteAndQueue(const std::shared_ptr<NetNs>& ns, MessagePtr& m, bool
       waiting->second.push_back(std::move(m));  // behind those waiting for the port's socket
       return true;
     }
-    auto cached = c.routes.find(port);
-    const uint32_t before = cached != c.routes.end() ? cached->second.pid : 0;
     uint32_t owner = LocalOwner(c, port);
-    if (owner != kParkedPid && owner != 0) NoteOwnerChange(c, port, before, owner);
-    if (owner == kParkedPid || (owner != 0 && PortSettling(c, port))) {
+    if (owner == kParkedPid || (owner != 0 && !c.settling.empty() && PortSettling(c, port))) {
       if (!may_set_up) return false;
       c.unresolved[port].push_back(std::move(m));
       RetryParkedLater(c);
