@@ -30,8 +30,6 @@ bool Engine::LooksLikeKernelNode(const wire::Header& h) {
 namespace {
 // How long a connection of ours may wait for the node's congestion map.
 constexpr absl::Duration kNodeMapWait = absl::Seconds(5);
-// How long after a poke we connect back (OnPoke).
-constexpr absl::Duration kPokeAnswerDelay = absl::Milliseconds(20);
 // With several paths: how long a connection of ours that the node neither
 // reset nor sent anything on waits before it counts as taken.
 constexpr absl::Duration kNodeQuietAccept = absl::Milliseconds(250);
@@ -418,29 +416,41 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
   if (!(e.local.addr < e.peer.addr)) return;
   Connection& c = GetConnection(ns, e.local.addr, e.peer.addr);
   if (c.local) return;
+  log::Debug("poke from %s:%d (node %s, query %s)", e.peer.addr.ToString(), e.peer.port,
+             c.kernel_peer ? "known" : "unknown", c.query_link ? "in flight" : "none");
+  // A poke's close is the one moment the node's path is sure to be free: it
+  // tore the poke down (DISCONNECTING, then DOWN) and the next send of its
+  // application makes it poke again (CONNECTING), and then it resets any
+  // connection of ours (§C.7). A node whose application sends all the time
+  // frees the path for a millisecond or so per poke: a connection (or a
+  // question) sent at once gets in; one sent on a back-off timer almost
+  // never does (seen: reconnects locked out for minutes).
   if (c.kernel_peer || FindNodeOwner(c)) {
-    GetPath(c, kKernelNodePid, /*connect=*/true);  // path 0; the others follow it
+    Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);  // path 0; the others follow it
+    if (p.link || p.connecting) return;
+    if (p.retry_timer && !p.reopen_waited && !p.connect_delayed) {
+      loop_.Cancel(p.retry_timer);
+      p.retry_timer = 0;
+    }
+    if (p.retry_timer == 0) ConnectPath(p);
     return;
   }
   // Not proof of a node (any client may connect and close): ask the host as
   // for a route. A node takes our connection (we are the smaller address)
   // and its congestion map makes it the node's path; a shim engine answers
   // the query and nothing else follows.
-  log::Info("%s closed a connection before any message: asking it what it is",
-            e.peer.addr.ToString());
-  c.probes_left = kNodeProbes;
-  if (!c.query_link && !c.query_timer) {
-    // Not at once: the node tears its poke down through a worker, and a
-    // connection that arrives meanwhile (its path neither down nor
-    // connecting) is reset (kernel-rds.md §C.7).
-    Connection* cp = &c;
-    c.query_timer = loop_.After(kPokeAnswerDelay, [this, cp] {
-      cp->query_timer = 0;
-      if (cp->query_link || cp->kernel_peer) return;
-      --cp->probes_left;
-      StartQueryLink(*cp, 0);
-    });
+  if (c.probes_left == 0) {  // once per round of questions, not per poke
+    log::Info("%s closed a connection before any message: asking it what it is",
+              e.peer.addr.ToString());
   }
+  c.probes_left = kNodeProbes;
+  if (c.query_link) return;
+  if (c.query_timer) {
+    loop_.Cancel(c.query_timer);
+    c.query_timer = 0;
+  }
+  --c.probes_left;
+  StartQueryLink(c, 0);
 }
 
 }  // namespace rds

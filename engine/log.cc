@@ -3,10 +3,13 @@
 
 #include <unistd.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "conf/settings.h"
 #include "engine/sys.h"
@@ -46,8 +49,17 @@ bool Enabled(Level level) {
 }
 
 void Emit(Level level, const std::string& text) {
-  std::string line =
-      absl::StrCat("rds-preload[", getpid(), "] ", kNames[static_cast<int>(level)], ": ", text, "\n");
+  // With debug output on, each line says when (wall clock, microseconds):
+  // what a debug log is read for is usually an order of events.
+  std::string when;
+  if (Enabled(Level::kDebug)) {
+    timespec ts = {};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    when = absl::StrFormat("%d.%06d ", static_cast<int64_t>(ts.tv_sec) % 100000,
+                           static_cast<int>(ts.tv_nsec / 1000));
+  }
+  std::string line = absl::StrCat(when, "rds-preload[", getpid(), "] ",
+                                  kNames[static_cast<int>(level)], ": ", text, "\n");
   sys::WriteAll(OutputFd(), line.data(), line.size());
 }
 

@@ -251,6 +251,7 @@ void Engine::StartQueryLink(Connection& c, uint16_t port) {
     return;
   }
   std::shared_ptr<Link> link = *std::move(opened);
+  log::Debug("route query to %s for port %d", c.key.faddr.ToString(), port);
   c.query_link = link;
   c.query_link_port = port;
   std::weak_ptr<Link> weak = link;

@@ -664,6 +664,33 @@ std::shared_ptr<MemChannel> KernelPathTo(TestSocket& s, const char* faddr, uint1
   return a->channel;
 }
 
+// A node frees its path only between one poke and the next (kernel-rds.md
+// §C.7): while its application sends, a reconnect on a back-off timer almost
+// never gets in. A poke makes the engine connect at once, however long its
+// back-off (seen: reconnects locked out for minutes).
+TEST(EngineWithKernelNode, APokeMakesTheEngineConnectAtOnceWhateverItsBackOff) {
+  TestSocket s(4103);
+  std::shared_ptr<MemChannel> up = KernelPathTo(s, "192.168.99.21", 7000);
+  ASSERT_NE(up, nullptr);
+  up->Fail(absl::UnavailableError("reset"));
+  // Reset by the node each time: the back-off grows to its limit (1 s).
+  for (int i = 0; i < 12; ++i) {
+    std::optional<Attempt> a = NextAttemptTo("192.168.99.21");
+    ASSERT_TRUE(a.has_value()) << "no reconnect " << i;
+    a->channel->Fail(absl::UnavailableError("reset by the node"));
+  }
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+  ASSERT_TRUE(ns.ok());
+  RdsEndpoint local{V4("127.0.0.1"), 16385}, peer{V4("192.168.99.21"), 40002};
+  std::shared_ptr<MemChannel> poke = network->OpenToEngine(*ns, Link::Endpoints{local, peer});
+  ASSERT_NE(poke, nullptr);
+  poke->Fail(absl::UnavailableError("closed by the node"));
+  std::optional<Attempt> now = network->NextAttempt(absl::Milliseconds(100));
+  ASSERT_TRUE(now.has_value()) << "the poke was not answered at once";
+  EXPECT_EQ(now->target.faddr, V4("192.168.99.21"));
+  now->channel->Fail(absl::UnavailableError("done"));
+}
+
 // Multipath (kernel-rds.md §C.7–§C.9): with a node that numbers paths by
 // source port (SPORT_IDX, 7.0+), the automatic setting uses its 8 paths.
 

@@ -22,6 +22,7 @@
 #include "engine/stats.h"
 #include "engine/sync.h"
 #include "engine/sys.h"
+#include "transports/tcp/tcp_transport.h"
 
 namespace rds {
 namespace {
@@ -371,6 +372,45 @@ TEST_F(LinkPairTest, APeerClosingMidPayloadEndsTheLinkDespiteTheThreshold) {
   ASSERT_EQ(shutdown(raw_, SHUT_WR), 0);
   EXPECT_TRUE(Eventually([&] { return b_closed_.load(); })) << "the link must end";
   EXPECT_EQ(Received(), 0u);
+}
+
+// A kernel node's poke: a connection its peer resets before the engine takes
+// it from the listener. The engine still learns where it came from (which
+// node poked: kernel-rds.md §C.7); the socket itself no longer knows.
+TEST_F(LinkPairTest, AnAcceptedConnectionResetBeforeAcceptKeepsItsAddresses) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  sockaddr_in client_addr = {};
+  socklen_t client_len = sizeof(client_addr);
+  ASSERT_EQ(getsockname(client, reinterpret_cast<sockaddr*>(&client_addr), &client_len), 0);
+  const linger reset = {1, 0};
+  ASSERT_EQ(setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset)), 0);
+  close(client);  // a reset, while the connection waits in the accept queue
+  absl::SleepFor(absl::Milliseconds(50));
+  thread_ = std::thread([this] { loop_.Run(); });
+  std::shared_ptr<Link> accepted;
+  OnLoop([&] { accepted = AcceptTcpLink(loop_, listener); });
+  close(listener);
+  ASSERT_NE(accepted, nullptr);
+  std::optional<Link::Endpoints> e = accepted->endpoints();
+  ASSERT_TRUE(e.has_value()) << "the poke's addresses are lost";
+  EXPECT_EQ(e->peer.port, ntohs(client_addr.sin_port));
+  EXPECT_EQ(e->local.port, ntohs(addr.sin_port));
+  EXPECT_EQ(e->peer.addr.ToString(), "127.0.0.1");
+  OnLoop([&] {
+    accepted->Close();
+    accepted.reset();
+  });
 }
 
 class ForgedFrameTest : public LinkPairTest {

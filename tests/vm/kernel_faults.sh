@@ -22,7 +22,10 @@ guest_setup "$BUILD" "$ROLE" RDS_PRELOAD_LOG_LEVEL=3
 port=$([ "$ROLE" = kernel ] && echo 4001 || echo 5001)
 peer_port=$([ "$ROLE" = kernel ] && echo 5001 || echo 4001)
 vm_barrier reconnect
-$RUN timeout 200 $ECHO duplex "$ME" "$port" "$PEER" "$peer_port" "$COUNT" 15 >/tmp/duplex.out 2>&1 &
+# Idle limits sized for the emulated guests: the first message may wait for the
+# two sides to meet (a node whose application sends all the time frees its path
+# only between pokes, kernel-rds.md §C.7), a reconnect for a few seconds more.
+$RUN timeout 240 $ECHO duplex "$ME" "$port" "$PEER" "$peer_port" "$COUNT" 30 60 >/tmp/duplex.out 2>&1 &
 duplex=$!
 if [ "$ROLE" = shim ]; then
   modprobe inet_diag 2>/dev/null; modprobe tcp_diag 2>/dev/null

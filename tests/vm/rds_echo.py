@@ -235,11 +235,11 @@ def counter(s, name):
     return None
 
 
-def duplex(addr, port, peer, pport, count, idle):
+def duplex(addr, port, peer, pport, count, idle, first=None):
     s = rds_socket(addr, int(port))
     t = threading.Thread(target=stream, args=(addr, port, peer, pport, count, s))
     t.start()
-    collect(addr, port, idle, s=s)
+    collect(addr, port, idle, first, s=s)
     t.join()
     print(f"counter recv_drop_old_seq {counter(s, 'recv_drop_old_seq')}", flush=True)
 

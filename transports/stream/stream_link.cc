@@ -109,6 +109,7 @@ int StreamLink::TakePassedFd() {
 }
 
 std::optional<Link::Endpoints> StreamLink::endpoints() const {
+  if (endpoints_) return endpoints_;
   if (!tcp_ || closed_) return std::nullopt;
   sockaddr_storage ss;
   socklen_t len = sizeof(ss);
@@ -118,6 +119,7 @@ std::optional<Link::Endpoints> StreamLink::endpoints() const {
   len = sizeof(ss);
   if (sys::Getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return std::nullopt;
   e.peer = FromKernelSockaddr(ss);
+  endpoints_ = e;
   return e;
 }
 

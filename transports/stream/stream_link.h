@@ -66,8 +66,11 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // returned (MonotonicNs): its receive time, taken once per read rather
   // than once per message.
   int64_t last_receive_ns() const override { return last_read_ns_; }
-  // TCP links: the connection's addresses.
+  // TCP links: the connection's addresses, kept once known: a connection the
+  // peer reset at once (a kernel node's poke) has none to ask the socket for.
   std::optional<Endpoints> endpoints() const override;
+  // An accepted TCP link: the addresses accept() reported.
+  void set_endpoints(const Endpoints& e) { endpoints_ = e; }
   // An fd received with SCM_RIGHTS (accept_fds links), or -1. Ownership passes
   // to the caller.
   int TakePassedFd() override;
@@ -140,6 +143,7 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   bool connecting_;
   bool accept_fds_;
   bool closed_ = false;
+  mutable std::optional<Endpoints> endpoints_;
   bool close_after_flush_ = false;
   bool want_write_ = false;
   bool flush_scheduled_ = false;

@@ -64,15 +64,9 @@ class TcpTransport final : public Transport {
 
  private:
   void OnAccept(const std::shared_ptr<NetNs>& ns, int listen_fd) {
-    for (;;) {
-      RdsEndpoint peer, local;
-      int fd = tcp::Accept(listen_fd, &peer, &local);
-      if (fd < 0) return;
+    while (std::shared_ptr<Link> link = AcceptTcpLink(*ctx_.loop, listen_fd)) {
       stats::Inc(stats::kShimConnAccepted);
-      ctx_.on_accept(StreamLink::Create(*ctx_.loop, fd, false, false,
-                                        absl::StrFormat("tcp incoming from %s:%d",
-                                                        peer.addr.ToString(), peer.port)),
-                     ns);
+      ctx_.on_accept(std::move(link), ns);
     }
   }
 
@@ -82,6 +76,17 @@ class TcpTransport final : public Transport {
 };
 
 }  // namespace
+
+std::shared_ptr<Link> AcceptTcpLink(EventLoop& loop, int listen_fd) {
+  RdsEndpoint peer, local;
+  int fd = tcp::Accept(listen_fd, &peer, &local);
+  if (fd < 0) return nullptr;
+  std::shared_ptr<StreamLink> link = StreamLink::Create(
+      loop, fd, false, false,
+      absl::StrFormat("tcp incoming from %s:%d", peer.addr.ToString(), peer.port));
+  link->set_endpoints(Link::Endpoints{local, peer});
+  return link;
+}
 
 std::unique_ptr<Transport> MakeTcpTransport(const TransportContext& ctx) {
   return std::make_unique<TcpTransport>(ctx);

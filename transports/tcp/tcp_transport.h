@@ -15,7 +15,14 @@
 
 namespace rds {
 
+class EventLoop;
+
 std::unique_ptr<Transport> MakeTcpTransport(const TransportContext& ctx);
+
+// The next connection waiting on `listen_fd` as a link (null: none), with the
+// addresses accept() reported: a connection its peer reset before we took it
+// (a kernel node's poke, §C.7) still says where it came from.
+std::shared_ptr<Link> AcceptTcpLink(EventLoop& loop, int listen_fd);
 
 }  // namespace rds
 
