@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A shim host and a kernel RDS node through faults (issue 20, tests 3 and 4): both stream to each
 other while the TCP connections between them are destroyed three times (ss -K in the shim's
-guest, after 0.3 s in which the guest sent nothing, so the node's retransmissions include
+guest, after 1 s in which the guest sent nothing, so the node's retransmissions include
 messages the shim delivered) — each side must receive the other's stream exactly once and in
 order, and the shim's recv_drop_old_seq must count the duplicates it dropped; then
 congestion both ways: a receiver that reads nothing makes the other side's non-blocking sends fail
