@@ -3,8 +3,8 @@
 # node (modprobe rds_tcp) and a shim host. Three phases (tests/vm/rds_echo.py on both sides):
 #  reconnect   both send a numbered stream to the other at once (one socket each, "duplex")
 #              while the shim's guest destroys the TCP connections between them three times
-#              (ss -K, after 1 s in which nothing left the guest: the node retransmits what the
-#              shim had delivered): each side must receive the other's stream exactly once, in
+#              (ss -K, after a silence in which nothing left the guest and the shim delivered
+#              more: the node retransmits what the shim had delivered): each side must receive the other's stream exactly once, in
 #              order; the shim prints its recv_drop_old_seq counter (those retransmissions);
 #  cong-shim   the node sends non-blocking to a shim socket that reads nothing: ENOBUFS once the
 #              shim's congestion map reaches it, and sends succeed again once the shim drained;
@@ -29,9 +29,12 @@ $RUN timeout 240 $ECHO duplex "$ME" "$port" "$PEER" "$peer_port" "$COUNT" 30 60 
 duplex=$!
 if [ "$ROLE" = shim ]; then
   modprobe inet_diag 2>/dev/null; modprobe tcp_diag 2>/dev/null
-  # Each time: 1 s in which nothing leaves this guest (the node's messages still arrive and
+  # Each time: a silence in which nothing leaves this guest (the node's messages still arrive and
   # are delivered, but it hears no acknowledgement), then the connection is destroyed: the
   # node retransmits, after the reconnect, messages the shim already delivered.
+  node_next_rx() {  # the next sequence number the shim expects on the node's path
+    $RUN "$BUILD/tools/rdsctl" 2>/dev/null | awk '$6 == "kernel" && $7 == "up" { print $9; exit }'
+  }
   wait_for /tmp/duplex.out "progress 1000" 60
   for i in 1 2 3; do
     # Up again (after a reset the node refuses us until its side of the old connection has
@@ -44,9 +47,18 @@ if [ "$ROLE" = shim ]; then
       done
       sleep 0.3
       tc qdisc add dev eth0 root netem loss 100%
-      # (1 s, not less: a 1-vCPU guest whose sender runs flat out may read nothing in 0.3 s,
-      # and what it never read is not a duplicate when the node sends it again; seen in CI)
-      sleep 1
+      # Until the shim has delivered messages the node sent in the silence (at least 20 more,
+      # by the node path's NEXT_RX; at most 8 s): a 1-vCPU guest whose sender runs flat out,
+      # beside other guests, read nothing in 1 s in CI, and what it never read is no duplicate
+      # when the node sends it again.
+      before=$(node_next_rx)
+      start=$SECONDS
+      sleep 0.3
+      while [ $((SECONDS - start)) -lt 8 ]; do
+        now=$(node_next_rx)
+        [ -n "$before" ] && [ -n "$now" ] && [ "$now" -ge $((before + 20)) ] && break
+        sleep 0.2
+      done
       n=$(ss -K 'sport = :16385 or dport = :16385' 2>&1 | grep -c ESTAB)
       tc qdisc del dev eth0 root
       [ "$n" -ge 1 ] && break

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A shim host and a kernel RDS node through faults (issue 20, tests 3 and 4): both stream to each
 other while the TCP connections between them are destroyed three times (ss -K in the shim's
-guest, after 1 s in which the guest sent nothing, so the node's retransmissions include
-messages the shim delivered) — each side must receive the other's stream exactly once and in
-order, and the shim's recv_drop_old_seq must count the duplicates it dropped; then
-congestion both ways: a receiver that reads nothing makes the other side's non-blocking sends fail
-with ENOBUFS, and once it drained they succeed again (tests/vm/kernel_faults.sh). The shim has the
+guest, after a silence in which the guest sent nothing and the shim delivered more, so the
+node's retransmissions include messages the shim delivered) — each side must receive the
+other's stream exactly once and in order, and the shim's recv_drop_old_seq must count the
+duplicates it dropped; then congestion both ways: a receiver that reads nothing makes the other
+side's non-blocking sends fail with ENOBUFS, and once it drained they succeed again (tests/vm/kernel_faults.sh). The shim has the
 smaller address (the node is then the one that pokes). Last, a restart (test 6): the node streams to
 a shim process that stalls and is killed with kill -9; the next process on the same port is a new
 incarnation: the node's retransmissions for its predecessor are dropped, only the never-transmitted
