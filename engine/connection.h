@@ -153,6 +153,10 @@ class Connection {
   // same-host link to `node_owner`, the engine that owns it (a relay).
   std::unique_ptr<NodeRecord> node_record;
   uint32_t node_owner = 0;
+  // The node connection went on with a socket this process parked
+  // (Engine::HandOnNodeConnections): neither connected nor claimed here
+  // until another engine has it (then relayed through it) or a while passed.
+  bool handed_on = false;
   // After taking the node connection over from an owner that died
   // (engine/kernel_relay.cc): which relayed message took which node
   // sequence, and the sequences nobody can tell whether the node got — each

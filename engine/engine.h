@@ -137,6 +137,24 @@ class Engine {
   // been written to its transport, as kernel RDS has written it to TCP or
   // delivered it over loopback by the time sendmsg returns.
   static void DrainAtExit(absl::Duration limit);
+  // This process parks a socket bound on `laddr` of `ns` for another
+  // process (share::Park) as its image ends, or the last of its sockets on
+  // that address: every kernel node connection on that address this engine
+  // owns stops being read and goes with the socket, unbroken (at most
+  // `max_paths` TCP connections in all), after everything sent on it is
+  // written; the engine gives the connection's record up, and relays
+  // through whichever engine takes it (WatchHandedOn). What it had read is
+  // delivered already (the socket's queue goes with it too). Waits for the
+  // engine thread. Empty if there is none, or it could not be detached
+  // (then it stays here: logged).
+  std::vector<HandedNodeConnection> HandOnNodeConnections(const std::shared_ptr<NetNs>& ns,
+                                                          const RdsAddr& laddr, size_t max_paths);
+  // The next holder took the socket over with `conns`: this engine claims
+  // each node's record (continuing its incarnation) and reads on where the
+  // ended image stopped. Takes the fds. Waits for the engine thread.
+  void TakeHandedNodeConnections(const std::shared_ptr<NetNs>& ns,
+                                 std::vector<HandedNodeConnection> conns);
+
   // At process exit, after the drain: removes this engine's Unix socket
   // file from the run directory (other engines then find it gone).
   static void WithdrawAtExit();
@@ -281,7 +299,18 @@ class Engine {
   // `c`'s host turned out a kernel node: true if this engine owns its
   // connection now, false if it relays through the engine that does.
   bool ClaimKernelNode(Connection& c);
-  void BecomeNodeOwner(Connection& c, bool continued);
+  // `from_record`: the paths' sequence state comes from the record (a
+  // relayer taking over, or a connection handed on by an ended image).
+  void BecomeNodeOwner(Connection& c, bool continued, bool from_record = false);
+  // After handing a node's connection on (Connection::handed_on): until
+  // `until`, looks every kHandedOnPoll for the engine that took it, and
+  // relays through it from then on; at `until`, gives up waiting (the next
+  // message for the node connects).
+  void WatchHandedOn(Connection& c, absl::Time until);
+  static constexpr absl::Duration kHandedOnPoll = absl::Milliseconds(10);
+  static constexpr absl::Duration kHandedOnWatch = absl::Seconds(30);
+  // One handed-on node connection taken (engine/kernel_handon.cc).
+  void TakeHandedNodeConnection(const std::shared_ptr<NetNs>& ns, HandedNodeConnection& hc);
   void RelayThrough(Connection& c, uint32_t owner);
   // Taking over from an owner that died: what it had not confirmed, and the
   // node path held closed until every survivor sent it again (Connection::Takeover).

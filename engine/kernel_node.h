@@ -120,6 +120,22 @@ class NodeRecord {
   uint32_t previous_owner_ = 0;
 };
 
+// A node's connection handed on by an image that ends while its engine owns
+// it (Engine::HandOnNodeConnections), riding with a socket bound on its local
+// address that the image parks for the next process (engine/share.h): the
+// connection goes on unbroken, so nothing the node's TCP acknowledged is
+// lost. Per TCP connection (node path): its socket and the bytes of a
+// message read only in part.
+struct HandedNodeConnection {
+  struct Path {
+    int32_t index = 0;
+    int fd = -1;  // internal; travels as SCM_RIGHTS beside the encoding
+    std::vector<uint8_t> partial;
+  };
+  RdsAddr laddr, faddr;
+  std::vector<Path> paths;
+};
+
 }  // namespace rds
 
 #endif  // RDS_ENGINE_KERNEL_NODE_H_

@@ -196,6 +196,7 @@ int Engine::NodePathForAccepted(Connection& c, uint16_t peer_port, bool map_firs
 
 bool Engine::MayConnectNodePath(const Path& p) {
   const Connection& c = p.conn;
+  if (c.handed_on) return false;  // the connection went on in another process
   if (p.node_index == 0) return true;
   // Only the smaller address connects paths beyond the first, once the
   // number is agreed (rds_connect_worker) — and one at a time, in order, so

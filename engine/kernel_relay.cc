@@ -154,6 +154,7 @@ bool Engine::HoldsOlderSocketOn(const Connection& c) {
 }
 
 bool Engine::ClaimKernelNode(Connection& c) {
+  if (c.handed_on) return false;  // the connection went on in another process
   NodeRecord* r = NodeRecordOf(c, /*create=*/true);
   if (r == nullptr) return true;  // no shared record: this engine acts alone (logged)
   if (r->owned()) return true;
@@ -176,7 +177,7 @@ bool Engine::ClaimKernelNode(Connection& c) {
   return true;
 }
 
-void Engine::BecomeNodeOwner(Connection& c, bool continued) {
+void Engine::BecomeNodeOwner(Connection& c, bool continued, bool from_record) {
   NodeRecord& r = *c.node_record;
   NodeRecord::State& s = r.state();
   const bool was_relaying = c.relaying();
@@ -202,7 +203,7 @@ void Engine::BecomeNodeOwner(Connection& c, bool continued) {
             "generation %08x)",
             c.key.laddr.ToString(), c.key.faddr.ToString(), continued ? "continuing its" : "a new",
             s.gen.load());
-  if (!was_relaying) return;
+  if (!was_relaying && !from_record) return;
   // The node's paths as the old owner left them.
   c.node_npaths = static_cast<int>(
       std::min<uint32_t>(s.npaths.load(std::memory_order_relaxed), kNodePathsMax));

@@ -125,14 +125,14 @@ bool SendToBackingFd(int sender_fd, uint64_t id, const void* data, size_t n, con
   sockaddr_un sun;
   socklen_t len = NameOf(id, &sun);
   iovec iov = {const_cast<void*>(data), n};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxBackingFdPassed)] = {};
   msghdr msg = {};
   msg.msg_name = &sun;
   msg.msg_namelen = len;
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   if (nfds > 0) {
-    if (nfds > 4) {
+    if (nfds > kMaxBackingFdPassed) {
       errno = EINVAL;
       return false;
     }

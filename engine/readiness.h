@@ -56,10 +56,14 @@ int CreateTokenSender(NetNs& ns);
 // not (the fd is readable anyway; only an extra edge is lost).
 bool PostReadinessToken(int sender_fd, uint64_t id);
 
-// Queues the datagram `data` with `fds` (at most 4) attached as SCM_RIGHTS on
-// socket `id`'s backing fd, from `sender_fd` (a CreateTokenSender socket):
-// how a parked socket's state is left on its own file (engine/share.h).
-// False with errno if not; ECONNREFUSED means no process holds the socket.
+// At most: a parked state, its port's lock and the paths of the kernel
+// nodes' connections riding with it (share_wire::kMaxHandedNodePaths).
+inline constexpr int kMaxBackingFdPassed = 18;
+// Queues the datagram `data` with `fds` (at most kMaxBackingFdPassed)
+// attached as SCM_RIGHTS on socket `id`'s backing fd, from `sender_fd` (a
+// CreateTokenSender socket): how a parked socket's state is left on its own
+// file (engine/share.h). False with errno if not; ECONNREFUSED means no
+// process holds the socket.
 bool SendToBackingFd(int sender_fd, uint64_t id, const void* data, size_t n, const int* fds,
                      int nfds);
 

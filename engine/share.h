@@ -82,8 +82,10 @@ void ServeClient(uint64_t id, int conn);
 // The owner lets go of `rs` (its last descriptor here was closed, or the
 // image ends): parks it if another process may hold it. True if parked (the
 // socket is then released here without unbinding); false if this process was
-// the last holder, and the caller releases it as usual.
-bool Park(RdsSocket& rs);
+// the last holder, and the caller releases it as usual. When the image ends,
+// the kernel nodes' connections the engine holds on the socket's address go
+// with it (Engine::HandOnNodeConnections).
+bool Park(RdsSocket& rs, bool image_ends = false);
 
 // Before this image ends: parks every socket this process owns that another
 // process, or the next image (`exec`), may hold.

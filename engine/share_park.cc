@@ -165,7 +165,17 @@ bool HeldElsewhere(RdsSocket& rs) {
   return held;
 }
 
-bool Park(RdsSocket& rs) {
+// A socket of this process other than `rs`, bound on `addr` of its namespace.
+bool OtherSocketOn(const RdsSocket& rs, const RdsAddr& addr) {
+  for (const std::shared_ptr<RdsSocket>& other : AllLiveSockets()) {
+    if (other.get() == &rs || other->ns != rs.ns || other->remote.load()) continue;
+    rds::MutexLock lock(&other->mu);
+    if (!other->released && other->bound && other->bound->addr == addr) return true;
+  }
+  return false;
+}
+
+bool Park(RdsSocket& rs, bool image_ends) {
   if (rs.remote.load()) return false;
   internal::StopServing(rs.id);
   {
@@ -176,6 +186,25 @@ bool Park(RdsSocket& rs) {
   // of it lives (this process has none left when its last one was closed).
   if (!rs.maybe_shared.load(std::memory_order_acquire) && !HeldElsewhere(rs)) return false;
   const int port_fd = internal::SharePort(rs);
+  // The kernel nodes' connections this engine holds on the socket's address
+  // go with it, read up to now (what was read is in its queue), when this
+  // image ends or has no other socket there (a daemon's parent closes its
+  // socket as it exits: CPython does before the image ends).
+  std::vector<HandedNodeConnection> nodes;
+  std::optional<RdsEndpoint> bound;
+  {
+    rds::MutexLock lock(&rs.mu);
+    bound = rs.bound;
+  }
+  // (At a last close this process has no descriptor left: the socket must
+  // be held elsewhere, or the connection would go with a socket nobody takes.)
+  if (bound && Engine::IfRunning() != nullptr &&
+      (image_ends || (!OtherSocketOn(rs, bound->addr) && HeldElsewhere(rs)))) {
+    {
+      nodes = Engine::Get().HandOnNodeConnections(rs.ns, bound->addr,
+                                                  share_wire::kMaxHandedNodePaths);
+    }
+  }
   // Out of the bind table first: a message that arrives from now on finds no
   // socket here, and its sender is told to send it again to the socket's next
   // owner (control kMoved) — the port is taken and has no owner for the moment.
@@ -196,16 +225,35 @@ bool Park(RdsSocket& rs) {
     DrainReadinessTokens(shared_fd);
     sys::CloseInternal(shared_fd);
   }
+  st.nodes = std::move(nodes);
   int state_fd = StateFile(st);
   int sender = state_fd >= 0 ? CreateTokenSender(*rs.ns) : -1;
   uint8_t note[share_wire::kParkedNoteSize];
   Note(rs.id, note);
-  int fds[2] = {state_fd, port_fd};  // the port's lock: the state's holder gets a copy
-  bool parked = sender >= 0 && SendToBackingFd(sender, rs.id, note, sizeof(note), fds,
-                                               port_fd >= 0 ? 2 : 1);
+  // The state, the node connections' sockets, the port's lock (the state's
+  // holder gets a copy of each).
+  std::vector<int> fds = {state_fd};
+  for (const HandedNodeConnection& c : st.nodes) {
+    for (const HandedNodeConnection::Path& p : c.paths) fds.push_back(p.fd);
+  }
+  if (port_fd >= 0) fds.push_back(port_fd);
+  bool parked = sender >= 0 && SendToBackingFd(sender, rs.id, note, sizeof(note), fds.data(),
+                                               static_cast<int>(fds.size()));
   const int err = errno;
   if (sender >= 0) sys::CloseInternal(sender);
   if (state_fd >= 0) sys::CloseInternal(state_fd);
+  for (HandedNodeConnection& c : st.nodes) {
+    for (HandedNodeConnection::Path& p : c.paths) sys::CloseInternal(std::exchange(p.fd, -1));
+    if (!parked && err == ECONNREFUSED) {
+      // Nobody else holds the socket (the image ends): the connection ends
+      // with this process, as it would have without the attempt.
+      log::Info("%s -> %s: no other process holds socket %016x; the kernel node's connection "
+                "closes with this image", c.laddr.ToString(), c.faddr.ToString(), rs.id);
+    } else if (!parked) {
+      log::Warn("%s -> %s: the kernel node's connection could not go on with socket %016x (%s); "
+                "closed", c.laddr.ToString(), c.faddr.ToString(), rs.id, strerror(err));
+    }
+  }
   if (!parked) {
     // ECONNREFUSED: the backing fd is closed everywhere, this process was the
     // last holder. The socket is released here as usual.
@@ -222,7 +270,8 @@ bool Park(RdsSocket& rs) {
     }
     return false;
   }
-  log::Debug("socket %016x parked with %zu queued messages", rs.id, st.queue.size());
+  log::Debug("socket %016x parked with %zu queued messages and %zu kernel node connections",
+             rs.id, st.queue.size(), st.nodes.size());
   // The rest of a release (socket.cc Release), but the port went with the state.
   bool has_sent;
   {
@@ -247,7 +296,7 @@ void ParkAllBeforeImageEnds(bool exec) {
   for (const std::shared_ptr<RdsSocket>& rs : AllLiveSockets()) {
     // A descriptor without FD_CLOEXEC lives on in the new image.
     if (exec) MarkShared(*rs);
-    Park(*rs);
+    Park(*rs, /*image_ends=*/true);
   }
 }
 
@@ -288,9 +337,10 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
                      const std::optional<RdsEndpoint>& known_bound, int known_port_fd) {
   int state_fd = -1;
   int port_fd = -1;
+  std::vector<int> more_fds;  // the node connections' sockets, then the port's lock
   for (;;) {
     uint8_t buf[64];
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxBackingFdPassed)];
     iovec iov = {buf, sizeof(buf)};
     msghdr msg = {};
     msg.msg_iov = &iov;
@@ -312,10 +362,9 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
     }
     uint8_t note[share_wire::kParkedNoteSize];
     Note(rs->id, note);
-    if (r == sizeof(note) && std::memcmp(buf, note, sizeof(note)) == 0 && !fds.empty() &&
-        fds.size() <= 2) {
+    if (r == sizeof(note) && std::memcmp(buf, note, sizeof(note)) == 0 && !fds.empty()) {
       state_fd = sys::MakeInternal(fds[0]);
-      if (fds.size() == 2) port_fd = sys::MakeInternal(fds[1]);
+      for (size_t i = 1; i < fds.size(); ++i) more_fds.push_back(sys::MakeInternal(fds[i]));
       break;
     }
     for (int f : fds) sys::Close(f);  // a readiness token, or something stray
@@ -353,11 +402,21 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
   if (known_port_fd >= 0) sys::CloseInternal(known_port_fd);
   absl::StatusOr<ParkedState> st = ReadStateFile(state_fd);
   sys::CloseInternal(state_fd);
-  if (!st.ok() || st->id != rs->id) {
+  const size_t node_fds = st.ok() ? st->NodeFds() : 0;
+  if (!st.ok() || st->id != rs->id || more_fds.size() < node_fds ||
+      more_fds.size() > node_fds + 1) {
     log::Warn("socket %016x: its parked state is unreadable (%s); taken over unbound", rs->id,
-              st.ok() ? "another socket's" : std::string(st.status().message()));
-    if (port_fd >= 0) sys::CloseInternal(port_fd);
+              !st.ok() ? std::string(st.status().message())
+              : st->id != rs->id ? "another socket's" : "descriptors missing");
+    for (int f : more_fds) sys::CloseInternal(f);
     return;
+  }
+  if (more_fds.size() > node_fds) port_fd = more_fds.back();
+  {
+    size_t next = 0;
+    for (HandedNodeConnection& c : st->nodes) {
+      for (HandedNodeConnection::Path& p : c.paths) p.fd = more_fds[next++];
+    }
   }
   const size_t queued = st->queue.size();
   {
@@ -372,7 +431,10 @@ void TakeParkedState(const std::shared_ptr<RdsSocket>& rs, int fd,
   }
   UpdateReceiveCongestion(*rs);
   KeepAsShared(*rs, fd);
-  log::Debug("socket %016x taken over with %zu queued messages", rs->id, queued);
+  log::Debug("socket %016x taken over with %zu queued messages and %zu kernel node connections",
+             rs->id, queued, st->nodes.size());
+  // Bound here first: what the node sends the socket from now on finds it.
+  if (!st->nodes.empty()) Engine::Get().TakeHandedNodeConnections(rs->ns, std::move(st->nodes));
 }
 
 }  // namespace internal

@@ -176,6 +176,16 @@ std::vector<uint8_t> EncodeParked(const ParkedState& s) {
     for (int64_t t : m->rx_trace) w.I64(t);
     w.Blob(m->payload.data(), m->payload.size());
   }
+  w.U32(static_cast<uint32_t>(s.nodes.size()));
+  for (const HandedNodeConnection& c : s.nodes) {
+    w.Addr(c.laddr);
+    w.Addr(c.faddr);
+    w.U32(static_cast<uint32_t>(c.paths.size()));
+    for (const HandedNodeConnection::Path& p : c.paths) {
+      w.U32(static_cast<uint32_t>(p.index));
+      w.Blob(p.partial.data(), p.partial.size());
+    }
+  }
   return w.Take();
 }
 
@@ -225,6 +235,30 @@ absl::StatusOr<ParkedState> DecodeParked(absl::Span<const uint8_t> body) {
     }
     m->payload = Payload(payload.data(), payload.size());
     s.queue.push_back(std::move(m));
+  }
+  const uint32_t nodes = r.U32();
+  if (nodes > kMaxHandedNodePaths) return absl::InvalidArgumentError("parked socket: too many nodes");
+  size_t paths_total = 0;
+  for (uint32_t i = 0; i < nodes && r.ok(); ++i) {
+    HandedNodeConnection c;
+    c.laddr = r.Addr();
+    c.faddr = r.Addr();
+    const uint32_t paths = r.U32();
+    paths_total += paths;
+    if (paths == 0 || paths_total > kMaxHandedNodePaths) {
+      return absl::InvalidArgumentError("parked socket: a node's paths");
+    }
+    for (uint32_t j = 0; j < paths && r.ok(); ++j) {
+      HandedNodeConnection::Path p;
+      p.index = static_cast<int32_t>(r.U32());
+      p.partial = r.Blob();
+      if (p.index < 0 || p.index >= NodeRecord::kPaths ||
+          p.partial.size() > wire::kHeaderSize + wire::kMaxMessageSize) {
+        return absl::InvalidArgumentError("parked socket: a node path");
+      }
+      c.paths.push_back(std::move(p));
+    }
+    s.nodes.push_back(std::move(c));
   }
   if (!r.ok() || r.remaining() != 0) return absl::InvalidArgumentError("malformed parked socket");
   return s;

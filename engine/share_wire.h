@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/addr.h"
+#include "engine/kernel_node.h"
 #include "engine/message.h"
 
 namespace rds::share_wire {
@@ -63,6 +64,9 @@ inline constexpr size_t kMaxFrame = 4u << 20;
 absl::Status WriteFrame(int fd, const std::vector<uint8_t>& body);
 absl::StatusOr<std::vector<uint8_t>> ReadFrame(int fd);
 
+// At most this many node connections' paths ride with one parked socket.
+inline constexpr size_t kMaxHandedNodePaths = 16;
+
 // A socket handed on by the process that owned it (engine/share.h Park):
 // everything the kernel's struct rds_sock would still hold.
 struct ParkedState {
@@ -87,6 +91,14 @@ struct ParkedState {
   bool has_sent = false;
   std::vector<uint32_t> zcookies;
   std::vector<MessagePtr> queue;  // received, not yet read (header, addresses, payload)
+  // Kernel nodes' connections that ride with the socket (their fds follow
+  // the state's and precede the port's in the SCM_RIGHTS, in this order).
+  std::vector<HandedNodeConnection> nodes;
+  size_t NodeFds() const {
+    size_t n = 0;
+    for (const HandedNodeConnection& c : nodes) n += c.paths.size();
+    return n;
+  }
 };
 
 std::vector<uint8_t> EncodeParked(const ParkedState& s);

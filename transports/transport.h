@@ -27,8 +27,11 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "absl/status/statusor.h"
 #include "engine/addr.h"
 #include "engine/event_loop.h"
@@ -102,6 +105,27 @@ class Link {
   // that cannot move a connection between processes return Unimplemented.
   virtual absl::Status HandOver(const std::string& engine, const MessagePtr& hello) {
     return absl::UnimplementedError("this link cannot be handed over");
+  }
+  // A stream handed on mid-stream to another process (a kernel node's
+  // connection going on with a socket another process takes over): nothing
+  // more is read; every message given to the link is written into the
+  // socket first (waiting at most `limit`: a stream left mid-message cannot
+  // be continued by anyone); the result is a duplicate of the socket
+  // (internal fd, the caller's) and the bytes of a message read only in
+  // part. The caller then closes the link — its descriptor only: the
+  // connection lives on in the duplicate. On error nothing was read.
+  struct Detached {
+    int fd = -1;
+    std::vector<uint8_t> partial;
+  };
+  virtual absl::StatusOr<Detached> DetachForHandOn(absl::Duration limit) {
+    return absl::UnimplementedError("this link cannot be handed on");
+  }
+  // The other end of DetachForHandOn, on a link just adopted from the
+  // duplicate: `partial` is read ahead of the socket. It must not complete
+  // a message (InvalidArgument if it would).
+  virtual absl::Status RestoreInput(absl::Span<const uint8_t> partial) {
+    return absl::UnimplementedError("this link cannot take input back");
   }
 };
 

@@ -37,6 +37,36 @@ TEST(ReassemblerTest, SplitsBackToBackMessagesFedOneByteAtATime) {
   EXPECT_TRUE(r.AtBoundary());
 }
 
+// A stream handed on to another reader mid-message: the bytes of the message
+// begun (header, part of the payload; or part of a header) go first into the
+// next reader, and the message arrives there whole.
+TEST(ReassemblerTest, APartialMessageTakenOutContinuesInAnotherReassembler) {
+  const std::vector<uint8_t> frame = Frame(9, std::string(3000, 'q'));
+  for (size_t cut : {size_t{0}, size_t{1}, wire::kHeaderSize - 1, wire::kHeaderSize,
+                     wire::kHeaderSize + 1, frame.size() - 1}) {
+    SCOPED_TRACE(cut);
+    std::vector<std::string> got;
+    auto sink = [&](wire::Header&& h, Payload&& p) {
+      got.emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
+    };
+    Reassembler first;
+    const std::vector<uint8_t> whole = Frame(1, "before");
+    ASSERT_TRUE(first.Feed(whole, sink).ok());
+    ASSERT_TRUE(first.Feed({frame.data(), cut}, sink).ok());
+    ASSERT_EQ(got.size(), 1u);
+    absl::StatusOr<std::vector<uint8_t>> partial = first.TakePartial();
+    ASSERT_TRUE(partial.ok());
+    EXPECT_EQ(*partial, std::vector<uint8_t>(frame.begin(), frame.begin() + cut));
+    EXPECT_TRUE(first.AtBoundary());
+    Reassembler next;
+    ASSERT_TRUE(next.Feed(*partial, sink).ok());
+    EXPECT_EQ(got.size(), 1u);
+    ASSERT_TRUE(next.Feed({frame.data() + cut, frame.size() - cut}, sink).ok());
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[1], std::string(3000, 'q'));
+  }
+}
+
 TEST(ReassemblerTest, OversizedLengthIsRejected) {
   wire::Header h;
   h.len = wire::kMaxMessageSize + 1;

@@ -470,6 +470,69 @@ TEST(ShareWireParkedTest, RoundTripsEveryFieldAndTheQueue) {
   EXPECT_TRUE(back->queue[0]->saddr.IsV4Mapped());
 }
 
+// Kernel nodes' connections that ride with a parked socket: which
+// connection, and per path its index and the bytes of a message read in part
+// (the sockets themselves travel beside the encoding: never encoded).
+TEST(ShareWireParkedTest, RoundTripsKernelNodeConnections) {
+  ParkedState s = FullParked({5}, nullptr);
+  HandedNodeConnection a;
+  a.laddr = V4("10.77.0.2");
+  a.faddr = V4("10.77.0.1");
+  a.paths.push_back({0, 41, Pattern(48 + 300, 9)});
+  HandedNodeConnection b;
+  b.laddr = V4("10.77.0.2");
+  b.faddr = V6("2001:db8::7", 0);
+  b.paths.push_back({3, 42, {}});
+  b.paths.push_back({7, 43, Pattern(17, 1)});
+  s.nodes = {a, b};
+  EXPECT_EQ(s.NodeFds(), 3u);
+  absl::StatusOr<ParkedState> back = DecodeParked(EncodeParked(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->queue.size(), 1u);
+  ASSERT_EQ(back->nodes.size(), 2u);
+  EXPECT_EQ(back->NodeFds(), 3u);
+  for (size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    const HandedNodeConnection& want = s.nodes[i];
+    const HandedNodeConnection& got = back->nodes[i];
+    EXPECT_EQ(got.laddr, want.laddr);
+    EXPECT_EQ(got.faddr, want.faddr);
+    ASSERT_EQ(got.paths.size(), want.paths.size());
+    for (size_t j = 0; j < want.paths.size(); ++j) {
+      EXPECT_EQ(got.paths[j].index, want.paths[j].index);
+      EXPECT_EQ(got.paths[j].partial, want.paths[j].partial);
+      EXPECT_EQ(got.paths[j].fd, -1) << "a descriptor number is not state";
+    }
+  }
+}
+
+TEST(ShareWireParkedTest, RejectsImpossibleNodePaths) {
+  auto with = [](std::vector<HandedNodeConnection> nodes) {
+    ParkedState s;
+    s.nodes = std::move(nodes);
+    return DecodeParked(EncodeParked(s));
+  };
+  HandedNodeConnection one;
+  one.laddr = V4("10.0.0.1");
+  one.faddr = V4("10.0.0.2");
+  one.paths.push_back({7, -1, {}});
+  ASSERT_TRUE(with({one}).ok());
+  HandedNodeConnection bad_index = one;
+  bad_index.paths[0].index = 8;  // a node has 8 paths: 0..7
+  EXPECT_FALSE(with({bad_index}).ok());
+  HandedNodeConnection none = one;
+  none.paths.clear();
+  EXPECT_FALSE(with({none}).ok());
+  HandedNodeConnection oversized = one;
+  oversized.paths[0].partial.resize(wire::kHeaderSize + wire::kMaxMessageSize + 1);
+  EXPECT_FALSE(with({oversized}).ok());
+  // At most kMaxHandedNodePaths paths in all (the descriptors of one datagram).
+  std::vector<HandedNodeConnection> many(kMaxHandedNodePaths, one);
+  EXPECT_TRUE(with(many).ok());
+  many.push_back(one);
+  EXPECT_FALSE(with(many).ok());
+}
+
 TEST(ShareWireParkedTest, RoundTripsAbsentEndpointsAndDefaults) {
   ParkedState d;
   std::vector<uint8_t> enc = EncodeParked(d);
@@ -546,7 +609,7 @@ TEST(ShareWireParkedTest, RejectsTrailingBytes) {
 // The layout of a default ParkedState: magic 8, id 8, two absent endpoints
 // 1+1, three i32 12, two i64 16, two flags 2, two u64 16, timestamp and
 // rx_trace_count 2, rx_trace_pos 3, four flags 4 = 73; then the cookie count
-// (be32) and the queue count (be32).
+// (be32), the queue count (be32) and the kernel node connections' count (be32).
 constexpr size_t kCookieCountOffset = 73;
 
 TEST(ShareWireParkedTest, RejectsMoreThan65536Cookies) {
@@ -561,12 +624,12 @@ TEST(ShareWireParkedTest, RejectsMoreThan65536Cookies) {
   // 65537 of them, every byte present: rejected for the count alone.
   s.zcookies.push_back(7);
   enc = EncodeParked(s);
-  ASSERT_EQ(enc.size(), kCookieCountOffset + 4 + 65537 * 4 + 4);
+  ASSERT_EQ(enc.size(), kCookieCountOffset + 4 + 65537 * 4 + 4 + 4);
   EXPECT_FALSE(DecodeParked(enc).ok());
 
   // A huge count with nothing behind it.
   std::vector<uint8_t> bare = EncodeParked(ParkedState{});
-  ASSERT_EQ(bare.size(), kCookieCountOffset + 8);
+  ASSERT_EQ(bare.size(), kCookieCountOffset + 12);
   PutBe32At(bare, kCookieCountOffset, 0xffffffffu);
   EXPECT_FALSE(DecodeParked(bare).ok());
 }

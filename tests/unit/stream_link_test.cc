@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -411,6 +412,102 @@ TEST_F(LinkPairTest, AnAcceptedConnectionResetBeforeAcceptKeepsItsAddresses) {
     accepted->Close();
     accepted.reset();
   });
+}
+
+// A kernel node's connection handed on mid-message (an image that ends
+// passes it to the next process): the reader stops with a message read in
+// part; a link over a duplicate of the socket, given those bytes back, reads
+// on — the message arrives whole there, and the next one too, and the peer
+// never notices.
+TEST_F(LinkPairTest, AStreamHandedOnMidMessageIsReadOnByTheNextLink) {
+  StartTcp(/*raw_client=*/true);
+  const std::vector<uint8_t> first = Wire(Message(1, Payload(100)));
+  const std::vector<uint8_t> second = Wire(Message(2, Payload(5000)));
+  WriteAll(first.data(), first.size());
+  const size_t cut = wire::kHeaderSize + 1000;
+  WriteAll(second.data(), cut);
+  // All of it read: one message delivered, the second begun.
+  ASSERT_TRUE(Eventually([&] {
+    int inq = -1;
+    return ioctl(server_, FIONREAD, &inq) == 0 && inq == 0 && Received() == 1;
+  }));
+  std::shared_ptr<StreamLink> next;
+  OnLoop([&] {
+    absl::StatusOr<Link::Detached> d = b_->DetachForHandOn(absl::Seconds(1));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->partial, std::vector<uint8_t>(second.begin(), second.begin() + cut));
+    b_->Close();  // its descriptor only
+    b_.reset();
+    next = StreamLink::Create(loop_, d->fd, false, false, "next");
+    next->SetCallbacks(Callbacks(&b_closed_, &b_got_));
+    ASSERT_TRUE(next->RestoreInput(d->partial).ok());
+  });
+  WriteAll(second.data() + cut, second.size() - cut);
+  WriteRaw(Message(3, Payload(10)));
+  EXPECT_TRUE(Eventually([&] { return Received() == 3; })) << Received();
+  {
+    rds::MutexLock lock(&mu_);
+    for (size_t i = 0; i < b_got_.size(); ++i) {
+      EXPECT_EQ(b_got_[i].header.dport, i + 1);
+      EXPECT_TRUE(Intact(b_got_[i])) << "message to port " << b_got_[i].header.dport;
+    }
+  }
+  EXPECT_FALSE(b_closed_.load());
+  OnLoop([&] { next->Close(); });
+}
+
+// The writing side handed on: a large message being written when the image
+// ends is finished first (its rest would otherwise never follow its start),
+// and the next link's messages follow it on the same connection. (The peer
+// reads on a thread of its own, as a node does.)
+TEST_F(LinkPairTest, AStreamHandedOnMidWriteFinishesTheMessageFirst) {
+  StartTcp(/*raw_client=*/true);
+  // The roles turn: the test's raw end reads, link b writes.
+  std::vector<Got> got;
+  std::atomic<bool> reading{false};
+  std::thread reader([&] {
+    ASSERT_TRUE(Eventually([&] { return reading.load(); }));
+    Reassembler r;
+    std::vector<uint8_t> buf(64 << 10);
+    const absl::Time end = absl::Now() + kPatience;
+    while (got.size() < 2 && absl::Now() < end) {
+      const ssize_t n = read(raw_, buf.data(), buf.size());
+      if (n <= 0) break;
+      ASSERT_TRUE(r.Feed({buf.data(), static_cast<size_t>(n)}, [&](wire::Header&& h, Payload&& p) {
+        got.push_back({h, std::move(p)});
+      }).ok());
+    }
+  });
+  const int small = 64 << 10;
+  ASSERT_EQ(setsockopt(server_, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+  ASSERT_EQ(setsockopt(raw_, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  const timeval patience = {10, 0};  // kPatience: a stream cut mid-message ends the reader
+  ASSERT_EQ(setsockopt(raw_, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience)), 0);
+  std::shared_ptr<StreamLink> next;
+  OnLoop([&] {
+    b_->Send(Message(1, Payload(1 << 20)));  // far beyond what the sockets hold
+    loop_.Defer([&] {
+      // After the first writes: b's socket is full mid-payload (the peer
+      // reads from now on).
+      reading.store(true);
+      absl::StatusOr<Link::Detached> d = b_->DetachForHandOn(absl::Seconds(8));
+      ASSERT_TRUE(d.ok()) << d.status();
+      EXPECT_TRUE(d->partial.empty());
+      b_->Close();
+      b_.reset();
+      next = StreamLink::Create(loop_, d->fd, false, false, "next");
+      next->SetCallbacks(Callbacks(&b_closed_, nullptr));
+      next->Send(Message(2, Payload(300)));
+    });
+  });
+  reader.join();
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].header.dport, i + 1);
+    EXPECT_TRUE(Intact(got[i])) << "message to port " << got[i].header.dport;
+  }
+  EXPECT_FALSE(b_closed_.load());
+  OnLoop([&] { next->Close(); });
 }
 
 class ForgedFrameTest : public LinkPairTest {

@@ -4,9 +4,10 @@ one link, one with the kernel module and one with the shim, both ways (the node'
 with the shim's client, then the reverse), run twice so that the shim has the smaller address
 (vm1, 10.77.0.1) and then the larger (vm2, 10.77.0.2): four client runs of 64 B to 1 MiB messages,
 content and order checked, pings to port 0 each way, and a daemon's fork and exec on the shim's
-side (the socket and the node's connection pass from a parent that exits to its child and across
-exec: reported, not checked — open bugs, DESIGN.md §3.5) (tests/vm/kernel_interop.sh,
-tests/vm/rds_echo.py).
+side: the socket and the node's connection pass from a parent that exits to its child and across
+exec, and the node's stream to the socket meanwhile arrives whole, in order (DESIGN.md §3.5, "An
+image ends"); what the three programs sent is reported, not checked (open bug, DESIGN.md §3.5)
+(tests/vm/kernel_interop.sh, tests/vm/rds_echo.py).
 
 Several shim processes sharing the node's connection and kill -9 are test_kernel_relay.py's,
 faults, congestion and restart test_kernel_faults.py's, multipath test_kernel_multipath.py's.
@@ -27,18 +28,17 @@ def main():
         out = run_guests(script, shim_vm, 280)
         order = "smaller" if shim_vm == "vm1" else "larger"
         results = dict(re.findall(r"RESULT (\S+) (\S*)", out))
-        for phase in ("kernel-server", "shim-server", "shim-pings-node", "node-pings-shim"):
+        for phase in ("kernel-server", "shim-server", "shim-pings-node", "node-pings-shim",
+                      "fork-exec-receive"):
             verdict = results.get(phase)
             checks.check(verdict == "ok", f"shim on the {order} address, {phase}: {verdict}")
-        # Open bugs (DESIGN.md §3.5, "a socket that changes process"): while the socket passes
-        # from the exiting parent through the child to the exec'd image, with the node's
-        # connection changing owner too, the node's stream to it loses messages, and what the
-        # parent had queued can arrive after the child's first ones. How often depends on timing:
-        # reported, not checked; make these checks when fixed.
-        for phase in ("fork-exec", "fork-exec-receive"):
-            verdict = results.get(phase)
-            tag = "ok  " if verdict == "ok" else "KNOWN BUG"
-            print(f"{tag} shim on the {order} address, {phase}: {verdict}", flush=True)
+        # Open bug (DESIGN.md §3.5, "a parked socket's unsent messages"): what the exiting parent
+        # had queued for the node and not written when its exit flush ended is lost with it (on
+        # the larger address the first contact can outlast the flush). Timing-dependent:
+        # reported, not checked; make it a check when fixed.
+        verdict = results.get("fork-exec")
+        tag = "ok  " if verdict == "ok" else "KNOWN BUG"
+        print(f"{tag} shim on the {order} address, fork-exec: {verdict}", flush=True)
     checks.done()
 
 

@@ -96,6 +96,21 @@ void Reassembler::MovePayloadToOwnStorage() {
   payload_ = std::move(own);
 }
 
+absl::StatusOr<std::vector<uint8_t>> Reassembler::TakePartial() {
+  std::vector<uint8_t> bytes;
+  if (in_payload_) {
+    if (payload_.owner() != nullptr) MovePayloadToOwnStorage();
+    if (lost_) return LostError();
+    // The header's bytes stay in header_buf_ while its payload arrives.
+    bytes.assign(header_buf_, header_buf_ + wire::kHeaderSize);
+    bytes.insert(bytes.end(), payload_.data(), payload_.data() + payload_have_);
+  } else {
+    bytes.assign(header_buf_, header_buf_ + header_have_);
+  }
+  Reset();
+  return bytes;
+}
+
 void Reassembler::Reset() {
   lost_ = false;
   header_have_ = 0;

@@ -17,8 +17,10 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/message.h"
 #include "engine/wire.h"
@@ -78,6 +80,11 @@ class Reassembler : public PayloadFiller {
   bool AtBoundary() const { return header_have_ == 0 && !in_payload_; }
   // Discards any partial message (used when a stream is reset).
   void Reset();
+  // The bytes of a message begun and not finished, as they came on the
+  // stream (its header included; empty between messages), and the
+  // reassembler starts afresh: a stream handed on mid-message goes on in
+  // another reader, fed these first. An error if lent storage lost them.
+  absl::StatusOr<std::vector<uint8_t>> TakePartial();
 
  private:
   void FinishIfComplete(const Sink& sink);

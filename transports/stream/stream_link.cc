@@ -3,12 +3,15 @@
 
 #include <linux/sockios.h>
 #include <linux/tcp.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
@@ -128,6 +131,48 @@ absl::Status StreamLink::HandOver(const std::string& engine, const MessagePtr& h
   return host_channel::Send(engine, hello, fd_);
 }
 
+absl::StatusOr<Link::Detached> StreamLink::DetachForHandOn(absl::Duration limit) {
+  if (!tcp_ || closed_ || connecting_) return absl::FailedPreconditionError("not an open TCP link");
+  // Everything given to the link goes into the socket first: the next
+  // writer starts at a message boundary, after every message of ours.
+  const absl::Time deadline = absl::Now() + limit;
+  while (!out_.empty()) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError("the peer does not take what was sent to it");
+    }
+    struct pollfd pfd = {fd_, POLLOUT, 0};
+    sys::Poll(&pfd, 1, static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(left))));
+    want_write_ = false;
+    Flush();
+    if (closed_) return absl::UnavailableError("the connection failed");
+  }
+  absl::StatusOr<std::vector<uint8_t>> partial = reassembler_.TakePartial();
+  if (!partial.ok()) return partial.status();
+  // The next reader's wake-up threshold starts at one byte.
+  const int one = 1;
+  sys::Setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one));
+  rcvlowat_ = 1;
+  const int dup = sys::Fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return absl::InternalError(absl::StrFormat("dup: %s", strerror(errno)));
+  Detached d;
+  d.fd = sys::MakeInternal(dup);
+  d.partial = *std::move(partial);
+  return d;
+}
+
+absl::Status StreamLink::RestoreInput(absl::Span<const uint8_t> partial) {
+  bool completed = false;
+  absl::Status s = reassembler_.Feed(partial, [&](wire::Header&&, Payload&&) { completed = true; });
+  if (s.ok() && completed) s = absl::InvalidArgumentError("the bytes complete a message");
+  if (!s.ok()) {
+    reassembler_.Reset();
+    return s;
+  }
+  UpdateWakeThreshold();
+  return absl::OkStatus();
+}
+
 void StreamLink::Send(MessagePtr m) {
   if (closed_) return;
   Out o;
@@ -176,8 +221,16 @@ void StreamLink::AnnounceArena(std::shared_ptr<ShmArena> arena) {
 
 void StreamLink::OnEstablished() {
   // What TCP counts as acknowledged before our first byte (the SYN of a
-  // connection we opened): CheckTransportAcks counts from here.
-  if (tcp_) handshake_acked_ = TcpBytesAcked();
+  // connection we opened), and what is in the socket's send queue already
+  // (a connection handed on by another process, DetachForHandOn: its bytes
+  // go first): CheckTransportAcks counts from there.
+  if (tcp_) {
+    handshake_acked_ = TcpBytesAcked();
+    int queued = 0;
+    if (handshake_acked_ >= 0 && sys::Ioctl(fd_, SIOCOUTQ, &queued) == 0 && queued > 0) {
+      handshake_acked_ += queued;
+    }
+  }
   if (!share_payloads_ || arena_) return;
   std::shared_ptr<ShmArena> arena = ShmArena::Existing();
   if (arena && arena->LentTo(PeerPid()) > 0) AnnounceArena(std::move(arena));

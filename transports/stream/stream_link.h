@@ -77,6 +77,9 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   // TCP links accepted here: the socket goes to the engine at `engine` with
   // SCM_RIGHTS (transports/host_channel.h). The caller closes this link.
   absl::Status HandOver(const std::string& engine, const MessagePtr& hello) override;
+  // TCP links only.
+  absl::StatusOr<Detached> DetachForHandOn(absl::Duration limit) override;
+  absl::Status RestoreInput(absl::Span<const uint8_t> partial) override;
   // TCP links: reports sequences whose bytes the peer's TCP acknowledged
   // (TCP_INFO tcpi_bytes_acked after each write, then every kAckPoll while any are pending).
   bool ReportTransportAcks() override;
