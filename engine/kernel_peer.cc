@@ -33,6 +33,9 @@ constexpr absl::Duration kNodeMapWait = absl::Seconds(5);
 // With several paths: how long a connection of ours that the node neither
 // reset nor sent anything on waits before it counts as taken.
 constexpr absl::Duration kNodeQuietAccept = absl::Milliseconds(250);
+// A poke this long after our path 0 came up is no late echo of the node's
+// poking before it took our connection: it has dropped that connection.
+constexpr absl::Duration kPokeAfterUp = absl::Seconds(3);
 }  // namespace
 
 Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index) {
@@ -428,6 +431,19 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
   // never does (seen: reconnects locked out for minutes).
   if (c.kernel_peer || FindNodeOwner(c)) {
     Path& p = GetPath(c, kKernelNodePid, /*connect=*/false);  // path 0; the others follow it
+    if (p.link && IsKernelPath(p) && absl::Now() - p.up_since > kPokeAfterUp) {
+      // A node pokes only while its path 0 is down: it has given up the
+      // connection we hold (its reset lost on the way, or our side of it
+      // stuck retransmitting). Waiting for our TCP to notice can take
+      // minutes; the node's path is free now.
+      log::Info("%s -> %s: the kernel node connected while our connection to it was up: "
+                "it has closed that connection; connecting again",
+                c.key.laddr.ToString(), c.key.faddr.ToString());
+      stats::Inc(stats::kShimNodeConnGivenUp);
+      p.link->Close();
+      OnPathDown(p, absl::UnavailableError("the node gave up the connection (it poked)"));
+      return;  // OnPathDown retries at once: the first retry after a path was up has no delay
+    }
     if (p.link || p.connecting) return;
     if (p.retry_timer && !p.reopen_waited && !p.connect_delayed) {
       loop_.Cancel(p.retry_timer);

@@ -145,6 +145,7 @@ constexpr const char* kNames[kNumCounters] = {
     "shim_stale_ns_dirs_pruned",
     "shim_relayed_to_node",
     "shim_relayed_from_node",
+    "shim_node_conn_given_up",
 };
 
 }  // namespace

@@ -93,6 +93,8 @@ enum Counter : int {
   kShimStaleNamespaceDirsPruned,  // run-directory folders of namespaces nobody used, removed
   kShimRelayedToNode,        // messages of another engine of the host sent on to a kernel node
   kShimRelayedFromNode,      // a kernel node's messages passed on to another engine of the host
+  kShimNodeConnGivenUp,      // a kernel node poked while our connection to it was up: it had
+                             // dropped that one, so did we
   kNumCounters,
 };
 

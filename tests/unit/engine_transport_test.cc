@@ -696,6 +696,49 @@ TEST(EngineWithKernelNode, APokeMakesTheEngineConnectAtOnceWhateverItsBackOff) {
                   .has_value());
 }
 
+// A node pokes only while its path is down. A poke while our connection has
+// been up a while says the node gave that connection up (its reset lost on
+// the way, or our TCP stuck retransmitting into it): the engine drops it and
+// connects again at once, and what the node never acknowledged goes again,
+// flagged. A poke right after the path came up is a late echo of the node's
+// poking before it took our connection, and changes nothing.
+TEST(EngineWithKernelNode, APokeWhileThePathIsUpReplacesTheConnectionTheNodeGaveUp) {
+  TestSocket s(4104);
+  std::shared_ptr<MemChannel> up = KernelPathTo(s, "192.168.99.22", 7000);
+  ASSERT_NE(up, nullptr);
+  absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
+  ASSERT_TRUE(ns.ok());
+  RdsEndpoint local{V4("127.0.0.1"), 16385};
+  auto poke = [&](uint16_t port) {
+    std::shared_ptr<MemChannel> p =
+        network->OpenToEngine(*ns, Link::Endpoints{local, {V4("192.168.99.22"), port}});
+    ASSERT_NE(p, nullptr);
+    p->Fail(absl::UnavailableError("closed by the node"));
+  };
+  poke(40003);
+  EXPECT_FALSE(network->NextAttempt(absl::Milliseconds(200)).has_value())
+      << "a poke just after the path came up replaced it";
+  EXPECT_FALSE(up->ClosedByEngine());
+
+  absl::SleepFor(absl::Seconds(3));  // the engine's kPokeAfterUp
+  ASSERT_TRUE(s.SendTo("192.168.99.22", 7000, "never acknowledged").ok());
+  ASSERT_TRUE(up->NextWhere(IsData).has_value());
+  poke(40004);
+  EXPECT_TRUE(up->WaitClosedByEngine(absl::Seconds(1))) << "the dead connection was kept";
+  std::optional<Attempt> again = network->NextAttempt(absl::Milliseconds(500));
+  ASSERT_TRUE(again.has_value()) << "the poke was not answered at once";
+  EXPECT_EQ(again->target.faddr, V4("192.168.99.22"));
+  again->channel->Connected();
+  again->channel->Deliver(CongMapHeader(), EmptyCongMap());
+  for (const char* text : {"hello node", "never acknowledged"}) {  // the node's TCP acked neither
+    std::optional<Record> resent = again->channel->NextWhere(IsData);
+    ASSERT_TRUE(resent.has_value()) << "what the node never acknowledged was not sent again";
+    EXPECT_EQ(Text(*resent), text);
+    EXPECT_TRUE(resent->header.flags & wire::kFlagRetransmitted);
+  }
+  EXPECT_GE(stats::Get(stats::kShimNodeConnGivenUp), 1u);
+}
+
 // Multipath (kernel-rds.md §C.7–§C.9): with a node that numbers paths by
 // source port (SPORT_IDX, 7.0+), the automatic setting uses its 8 paths.
 

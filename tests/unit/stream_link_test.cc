@@ -453,7 +453,9 @@ TEST_F(LinkPairTest, AStreamHandedOnMidMessageIsReadOnByTheNextLink) {
     }
   }
   EXPECT_FALSE(b_closed_.load());
-  OnLoop([&] { next->Close(); });
+  OnLoop([&] {
+    if (next) next->Close();
+  });
 }
 
 // The writing side handed on: a large message being written when the image
@@ -507,7 +509,9 @@ TEST_F(LinkPairTest, AStreamHandedOnMidWriteFinishesTheMessageFirst) {
     EXPECT_TRUE(Intact(got[i])) << "message to port " << got[i].header.dport;
   }
   EXPECT_FALSE(b_closed_.load());
-  OnLoop([&] { next->Close(); });
+  OnLoop([&] {
+    if (next) next->Close();
+  });
 }
 
 class ForgedFrameTest : public LinkPairTest {

@@ -26,6 +26,10 @@ void Tune(int fd) {
   sys::Setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   sys::Setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
   sys::Setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  // Unacknowledged data gets no keepalive probes: without a bound, a peer
+  // that is gone (its reset lost) holds the path for tcp_retries2.
+  unsigned int user_timeout_ms = 30000;
+  sys::Setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
   const std::string& cc = conf::Get().tcp_congestion;
   if (!cc.empty() && sys::Setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(),
                                      static_cast<socklen_t>(cc.size())) != 0) {
