@@ -1,10 +1,11 @@
 #!/bin/bash
 # Runs INSIDE each of two guests of ../shared/vm (test_kernel_faults.py starts them): a kernel RDS
 # node (modprobe rds_tcp) and a shim host. Three phases (tests/vm/rds_echo.py on both sides):
-#  reconnect   both send a numbered stream to the other at once (one socket each, "duplex")
-#              while the shim's guest destroys the TCP connections between them three times
-#              (ss -K, after a silence in which nothing left the guest and the shim delivered
-#              more: the node retransmits what the shim had delivered): each side must receive the other's stream exactly once, in
+#  reconnect   both send a numbered stream to the other at once (one socket each, "duplex"),
+#              at least COUNT messages and on until the shim's guest has destroyed the TCP
+#              connections between them three times (ss -K, after a silence in which nothing
+#              left the guest and the shim delivered more: the node retransmits what the shim
+#              had delivered): each side must receive the other's stream exactly once, in
 #              order; the shim prints its recv_drop_old_seq counter (those retransmissions);
 #  cong-shim   the node sends non-blocking to a shim socket that reads nothing: ENOBUFS once the
 #              shim's congestion map reaches it, and sends succeed again once the shim drained;
@@ -25,7 +26,10 @@ vm_barrier reconnect
 # Idle limits sized for the emulated guests: the first message may wait for the
 # two sides to meet (a node whose application sends all the time frees its path
 # only between pokes, kernel-rds.md §C.7), a reconnect for a few seconds more.
-$RUN timeout 240 $ECHO duplex "$ME" "$port" "$PEER" "$peer_port" "$COUNT" 30 60 >/tmp/duplex.out 2>&1 &
+# Both streams go on past COUNT until the shim's guest has destroyed the connections three
+# times (/vmshare/resets-done): each destroy comes while the node is sending.
+RDS_ECHO_UNTIL=/vmshare/resets-done $RUN timeout 240 $ECHO duplex "$ME" "$port" "$PEER" \
+  "$peer_port" "$COUNT" 30 60 >/tmp/duplex.out 2>&1 &
 duplex=$!
 if [ "$ROLE" = shim ]; then
   modprobe inet_diag 2>/dev/null; modprobe tcp_diag 2>/dev/null
@@ -65,10 +69,12 @@ if [ "$ROLE" = shim ]; then
     done
     echo "reset $i: $n connections destroyed"
   done
+  : > /vmshare/resets-done
 fi
 wait "$duplex"
 cat /tmp/duplex.out
 other=$peer_port
+echo "RESULT reconnect-$ROLE-sent $(sed -n 's/^sent //p' /tmp/duplex.out)"
 echo "RESULT reconnect-$ROLE-receives $(sed -n "s/^source $other //p" /tmp/duplex.out)"
 [ "$ROLE" = shim ] && echo "RESULT reconnect-shim-$(grep '^counter' /tmp/duplex.out)"
 

@@ -12,8 +12,10 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py stream ADDR PORT PEER PPORT COUNT
                                             sends COUNT numbered 64 B messages (pausing 2 ms every
                                             5, or RDS_ECHO_PACE seconds after each; "progress N"
-                                            every 500), then prints "sent COUNT"; with
-                                            RDS_ECHO_KILL_AT=N:PID, kill -9 PID after N
+                                            every 500), then prints "sent N"; with
+                                            RDS_ECHO_KILL_AT=N:PID, kill -9 PID after N; with
+                                            RDS_ECHO_UNTIL=FILE, goes on past COUNT until FILE
+                                            exists
   rds_echo.py echo_stream ADDR PORT PEER EPORT ROUNDS CPORT COUNT
                                             in one process: ROUNDS 64 B round trips to PEER:EPORT
                                             (from PORT+100; prints "echoed"), then stream to CPORT
@@ -129,7 +131,11 @@ def stream(addr, port, peer, pport, count, s=None):
     kill_at = tuple(int(x) for x in kill_at.split(":")) if kill_at else None
     dest = (peer, int(pport))
     pace = float(os.environ.get("RDS_ECHO_PACE", "0"))  # seconds after each message
-    for i in range(int(count)):
+    # RDS_ECHO_UNTIL=FILE — past COUNT, go on sending until FILE exists (checked every 100): the
+    # stream spans whatever another guest does to the connections meanwhile.
+    until = os.environ.get("RDS_ECHO_UNTIL")
+    i = 0
+    while i < int(count) or (until and not (i % 100 == 0 and os.path.exists(until))):
         s.sendto(f"{port}:{i:08d}".encode().ljust(64, b"."), dest)
         if pace:
             time.sleep(pace)
@@ -140,7 +146,8 @@ def stream(addr, port, peer, pport, count, s=None):
         if kill_at is not None and i + 1 == kill_at[0]:
             os.kill(kill_at[1], signal.SIGKILL)
             print(f"killed {kill_at[1]} after {i + 1}", flush=True)
-    print(f"sent {count}", flush=True)
+        i += 1
+    print(f"sent {i}", flush=True)
 
 
 def forked(addr, port, peer, pport, count, stage="parent", fd="-1"):
