@@ -93,6 +93,11 @@ const std::vector<Spec>& Schema() {
        "at exit(), wait up to this long for the messages sendmsg accepted to be acknowledged "
        "by their receivers (written, and retransmitted over a new link if one drops; a peer "
        "whose reconnection failed is not waited for)"},
+      {"EXIT_FLUSH_SHARED_MS", &Settings::exit_flush_shared_ms,
+       [] { return std::string("10000"); }, {0, 600000},
+       "at exit(), wait up to this long (from the start of the flush) for the messages of "
+       "sockets that another process may hold (a forked child): the socket lives on there, "
+       "and what the exiting process had not written would be lost with it"},
       {"FAULT_RESET_EVERY", &Settings::fault_reset_every, [] { return std::string("0"); },
        {0, int64_t{1} << 40}, "tests only: reset a link after every N messages it receives"},
       {"FAULT_RESET_PERMILLE", &Settings::fault_reset_permille, [] { return std::string("0"); },

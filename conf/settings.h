@@ -48,6 +48,7 @@ struct Settings {
   // Paths (TCP connections) to a kernel RDS node: 0 automatic, 1 or 8.
   int64_t kernel_paths;
   int64_t exit_flush_ms;       // at exit, wait this long for sent messages to be acknowledged
+  int64_t exit_flush_shared_ms;  // ... and this long for those of sockets another process holds
   // Fault injection, for tests only (all off by default).
   int64_t fault_reset_every;        // reset a link after every N messages it receives
   int64_t fault_reset_permille;     // ... or with this probability per received message

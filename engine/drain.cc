@@ -52,20 +52,35 @@ bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEn
 // ---------------------------------------------------------------------------
 // Exit.
 
-size_t Engine::PendingMessages() {
+size_t Engine::PendingMessages(bool shared_only) {
   // A path that is down and whose reconnection has failed since (its
   // back-off grew past the first step), or a route query whose connection
   // failed, has no reachable peer: nothing to wait for at exit, where kernel
   // RDS drops a closed socket's messages anyway (DESIGN.md §4.1). A kernel
   // node's messages for a socket between processes wait for its next one.
   size_t n = 0;
+  auto count = [&n, shared_only](const std::deque<MessagePtr>& q) {
+    if (!shared_only) {
+      n += q.size();
+      return;
+    }
+    for (const MessagePtr& m : q) {
+      // The sender lives while it counts the message (Message::sender).
+      if (m->sender != nullptr && m->sender->maybe_shared.load()) ++n;
+    }
+  };
   for (auto& [key, c] : connections_) {
     const bool queries_fail = QueriesFail(*c);
-    for (auto& [port, q] : c->unresolved) n += queries_fail ? 0 : q.size();
-    for (auto& [port, q] : c->node_held) n += q.size();  // a kernel node's, for a parked socket
+    for (auto& [port, q] : c->unresolved) {
+      if (!queries_fail) count(q);
+    }
+    if (!shared_only) {
+      for (auto& [port, q] : c->node_held) n += q.size();  // a kernel node's, for a parked socket
+    }
     for (auto& [pid, p] : c->paths) {
       if (PathUnreachable(*p)) continue;
-      n += p->backlog.size() + p->unacked.size();
+      count(p->backlog);
+      count(p->unacked);
     }
   }
   return n;
@@ -93,20 +108,32 @@ void Engine::WithdrawAtExit() {
   for (Transport* t : e->transports_.All()) t->WithdrawAtExit();
 }
 
-void Engine::DrainAtExit(absl::Duration limit) {
+void Engine::DrainAtExit(absl::Duration limit, absl::Duration shared_limit) {
   Engine* e = IfRunning();
   if (e == nullptr) return;
-  absl::Time deadline = absl::Now() + limit;
-  for (;;) {
-    auto pending = std::make_shared<std::atomic<size_t>>(~size_t{0});
-    auto done = std::make_shared<rds::Notification>();
-    e->loop_.Post([e, pending, done] {
-      pending->store(e->PendingMessages());
-      done->Notify();
-    });
-    if (!done->WaitForNotificationWithDeadline(deadline)) return;
-    if (pending->load() == 0 || absl::Now() >= deadline) return;
-    absl::SleepFor(absl::Milliseconds(1));
+  const absl::Time start = absl::Now();
+  // Waits until nothing counted by PendingMessages(shared_only) is left or
+  // `deadline` passed: what is left, or nullopt if the engine did not answer.
+  auto drain = [e](bool shared_only, absl::Time deadline) -> std::optional<size_t> {
+    for (;;) {
+      auto pending = std::make_shared<std::atomic<size_t>>(~size_t{0});
+      auto done = std::make_shared<rds::Notification>();
+      e->loop_.Post([e, pending, done, shared_only] {
+        pending->store(e->PendingMessages(shared_only));
+        done->Notify();
+      });
+      if (!done->WaitForNotificationWithDeadline(deadline)) return std::nullopt;
+      if (pending->load() == 0 || absl::Now() >= deadline) return pending->load();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  };
+  if (!drain(/*shared_only=*/false, start + limit)) return;
+  const std::optional<size_t> left =
+      drain(/*shared_only=*/true, start + std::max(limit, shared_limit));
+  if (left.value_or(0) > 0) {
+    log::Warn("exit: %u messages of sockets another process holds were not acknowledged "
+              "within RDS_PRELOAD_EXIT_FLUSH_SHARED_MS; they are lost with this process",
+              static_cast<unsigned>(*left));
   }
 }
 

@@ -135,8 +135,11 @@ class Engine {
 
   // At process exit: waits (at most `limit`) until every queued message has
   // been written to its transport, as kernel RDS has written it to TCP or
-  // delivered it over loopback by the time sendmsg returns.
-  static void DrainAtExit(absl::Duration limit);
+  // delivered it over loopback by the time sendmsg returns; then, up to
+  // `shared_limit` from the start, for the messages of sockets other
+  // processes may hold (RdsSocket::maybe_shared): their socket lives on, as
+  // a kernel socket's queue does, and what this image takes with it is lost.
+  static void DrainAtExit(absl::Duration limit, absl::Duration shared_limit);
   // This process parks a socket bound on `laddr` of `ns` for another
   // process (share::Park) as its image ends, or the last of its sockets on
   // that address: every kernel node connection on that address this engine
@@ -403,7 +406,9 @@ class Engine {
   // recovers (HandleLostFds) and returns false without waiting further.
   bool RunOnLoopAndWait(std::function<void()> task);
   void SendCongestionMap(Path& p);
-  size_t PendingMessages();
+  // Queued messages a process exit waits for (DESIGN.md §4.1); only those of
+  // sockets other processes may hold if `shared_only`.
+  size_t PendingMessages(bool shared_only);
 
   const uint32_t pid_;
   const uint32_t gen_;

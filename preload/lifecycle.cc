@@ -105,7 +105,8 @@ void FlushBeforeImageEnds(bool exiting) {
     return;
   }
   if (Engine::IfRunning() != nullptr) {
-    Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+    Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms),
+                        absl::Milliseconds(conf::Get().exit_flush_shared_ms));
   }
   if (AnyRds()) {
     // A child started without fork (posix_spawn) holds the descriptors that

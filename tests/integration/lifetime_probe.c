@@ -12,7 +12,8 @@
  *       Binds SRC:0, sends one message to DST:DPORT, then ends as HOW says: "close" (close(), then
  *       exit), "exit" (exit without close), "_exit" (_exit without close), "exec" (exec /bin/true
  *       with the socket still open), "wait" (a second, then exit: a kernel's connection to the
- *       destination host is up by then). What the kernel transmits in sendmsg must arrive.
+ *       destination host is up by then), "fork-exit" (a daemon's way: fork a child that keeps the
+ *       socket 8 s without using it, and exit). What the kernel transmits in sendmsg must arrive.
  *   stream SRC DST DPORT COUNT block|nonblock LIMIT_MS [linger]
  *       Sends COUNT 1 KiB messages (a blocking socket, or a non-blocking one retried after EAGAIN
  *       and ENOBUFS every millisecond); prints "sent N" every 1000 messages and "done SENT FAILED"
@@ -184,6 +185,20 @@ static int cmd_send_then(const char *how, const char *src, const char *dst, int 
     exit(0);
   }
   if (strcmp(how, "_exit") == 0) _exit(0);
+  if (strcmp(how, "fork-exit") == 0) {
+    pid_t child = fork();
+    if (child < 0) {
+      printf("fatal: fork: %s\n", en(errno));
+      return 2;
+    }
+    if (child == 0) {  /* holds the socket (and no output pipe) past the parent's exit */
+      close(1);
+      close(2);
+      sleep(8);
+      _exit(0);
+    }
+    exit(0);
+  }
   if (strcmp(how, "exec") == 0) {
     execl("/bin/true", "true", (char *)NULL);
     printf("fatal: exec: %s\n", en(errno));

@@ -123,6 +123,27 @@ class Lifetime(unittest.TestCase):
                          f"were lost ({got} of {want})\n{counter.diag()}")
         self.assertEqual(other.wait(10), 0, other.diag())
 
+    def test_1_send_then_fork_and_exit_before_first_contact(self):
+        # A daemon's parent sends, forks and exits while its engine's first connection to the
+        # receiving host is still being made (held back 3 s, past the 2 s exit flush): the
+        # socket lives on in the child, and so must the message (DESIGN.md §4.1).
+        itlib.require_netns()
+        ns_a, ip_a, ns_b, ip_b = itlib.make_two_hosts("fe")
+        rundir = itlib.make_tmpdir("send-then-fork-exit")
+        port = 4250
+        counter = self.start_counter("counter", rundir, ip_a, port, 3, netns=ns_a,
+                                     idle_ms=8000)
+        for i in range(3):
+            p = itlib.Proc(f"sender{i}", [probe(), "send-then", "fork-exit", ip_b, ip_a, port],
+                           rundir, netns=ns_b,
+                           extra_env={"RDS_PRELOAD_FAULT_CONNECT_DELAY_MS": "3000"})
+            p.close_stdin()
+            rc = p.wait(PROBE_TIMEOUT)
+            self.assertEqual(rc, 0, f"sender {i} exited {rc}\n{p.diag()}")
+        self.assertEqual(self.final_count(counter), 3,
+                         f"messages a forking parent sent just before its exit were lost\n"
+                         f"{counter.diag()}")
+
     # -- 2. the receiver's process is gone -------------------------------------------------
 
     def receiver_gone(self, mode, kill, across_hosts):
