@@ -47,6 +47,25 @@ void PutBe64(uint8_t* p, uint64_t v) { Store(p, htobe64(v)); }
 
 }  // namespace
 
+uint16_t HeaderChecksum(const uint8_t in[kHeaderSize]) {
+  uint32_t sum = 0;
+  for (size_t off = 0; off < kHeaderSize; off += 2) {
+    if (off == 30) continue;  // h_csum itself counts as 0
+    sum += static_cast<uint32_t>(in[off]) << 8 | in[off + 1];
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+void SetHeaderChecksum(uint8_t header[kHeaderSize]) {
+  PutBe16(header + 30, HeaderChecksum(header));
+}
+
+bool HeaderChecksumValid(const uint8_t in[kHeaderSize]) {
+  const uint16_t stored = Be16(in + 30);
+  return stored == 0 || stored == HeaderChecksum(in);
+}
+
 std::vector<uint8_t> EncodeRecord(const Header& h, const uint8_t* payload, size_t len) {
   std::vector<uint8_t> out(kHeaderSize + len);
   Encode(h, out.data());

@@ -69,6 +69,15 @@ struct Header {
 
 void Encode(const Header& h, uint8_t out[kHeaderSize]);
 Header Decode(const uint8_t in[kHeaderSize]);
+// The header checksum of RDS over RDMA (rds-ib.md §2.4; unused on TCP, where
+// h_csum is 0): the RFC 1071 one's-complement sum of the 48 header bytes
+// with h_csum (offset 30) taken as 0, stored at offset 30 big-endian.
+uint16_t HeaderChecksum(const uint8_t in[kHeaderSize]);
+// Computes the checksum of an encoded header and writes it into h_csum.
+void SetHeaderChecksum(uint8_t header[kHeaderSize]);
+// A received header passes if h_csum is 0 ("none") or the sum verifies.
+bool HeaderChecksumValid(const uint8_t in[kHeaderSize]);
+
 // One record as a stream carries it: the encoded header, then `len` payload
 // bytes (for one-off writes: a request, a hand-off; links write in place).
 std::vector<uint8_t> EncodeRecord(const Header& h, const uint8_t* payload, size_t len);

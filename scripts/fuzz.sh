@@ -6,7 +6,7 @@
 #
 #   RDS_FUZZ_SECONDS  total fuzzing time in seconds, shared equally by the targets (default 60);
 #                     0 only replays the seed corpus
-#   RDS_FUZZ_TARGETS  which targets (default "wire reassembler control")
+#   RDS_FUZZ_TARGETS  which targets (default "wire reassembler control ib_fragments")
 #   RDS_FUZZ_SEED     libFuzzer -seed (default: random; every run prints the seed it used)
 #
 # Reproduce a finding:  build-fuzz/tests/fuzz/fuzz_<target> FILE
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 total="${RDS_FUZZ_SECONDS:-60}"
-read -r -a targets <<<"${RDS_FUZZ_TARGETS:-wire reassembler control}"
+read -r -a targets <<<"${RDS_FUZZ_TARGETS:-wire reassembler control ib_fragments}"
 per=$((total / ${#targets[@]}))
 
 python3 tests/fuzz/make_corpus.py --check

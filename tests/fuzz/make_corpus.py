@@ -235,7 +235,53 @@ def control_seeds():
     }
 
 
-TARGETS = {"wire": wire_seeds, "reassembler": reassembler_seeds, "control": control_seeds}
+# ----------------------------------------------------------------------------------------------
+# fuzz_ib_fragments: fragments as RDMA receives deliver them, each [be16 n][n bytes]; each
+# fragment is a full header (RFC 1071 checksum at offset 30, rds-ib.md §2.4) and at most 4 KiB.
+
+def ib_csum(h):
+    s = sum(struct.unpack(">24H", h[:30] + b"\0\0" + h[32:]))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s) & 0xFFFF
+
+
+def ib_header(**kw):
+    h = header(**kw)
+    return h[:30] + struct.pack(">H", ib_csum(h)) + h[32:]
+
+
+def ib_cut(payload, seq=1, sport=4000, dport=5000, ack=0, flags=0):
+    h = ib_header(seq=seq, ack=ack, length=len(payload), sport=sport, dport=dport, flags=flags)
+    return [h + payload[k:k + 4096] for k in range(0, max(len(payload), 1), 4096)]
+
+
+def ib_frames(frags):
+    return b"".join(struct.pack(">H", len(f)) + f for f in frags)
+
+
+def ib_fragments_seeds():
+    body = bytes((i * 7 + i // 251) & 0xFF for i in range(10000))
+    ack = ib_header(ack=42)
+    three = ib_cut(body, seq=7, ack=3, flags=0x02)
+    wrong = ib_cut(body, seq=8)
+    short = three[1][:-1]
+    bad_csum = three[0][:3] + bytes([three[0][3] ^ 1]) + three[0][4:]
+    return {
+        "message-10000-with-acks-between": ib_frames([three[0], ack, three[1], ack, three[2]]),
+        "ping-and-ack": ib_frames(ib_cut(b"", sport=4000, dport=0) + [ack]),
+        "cong-map": ib_frames(ib_cut(bytes(CONG_MAP_BYTES), seq=0, sport=0, dport=0, flags=0x01)),
+        "no-checksum": ib_frames([header(seq=1, length=5, sport=1, dport=2) + b"hello"]),
+        "other-message-inside": ib_frames([three[0], wrong[1]] + ib_cut(b"after")),
+        "short-middle-fragment": ib_frames([three[0], short] + ib_cut(b"after")),
+        "bad-checksum": ib_frames([bad_csum] + ib_cut(b"after")),
+        "too-long": ib_frames([ib_header(seq=1, length=MAX_MSG + 1, sport=1, dport=2)]),
+        "runt": ib_frames([ack[:20]]) + ack[:47],
+    }
+
+
+TARGETS = {"wire": wire_seeds, "reassembler": reassembler_seeds, "control": control_seeds,
+           "ib_fragments": ib_fragments_seeds}
 
 
 def main():
