@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""The RDS-over-RDMA wire against kernel rds_rdma (issue 17, first step): two guests of
+../shared/vm with soft-RoCE (rxe0 on eth0); one loads rds_rdma, the other runs
+tests/vm/ib_ping_probe — rdma-core opened at run time (transports/verbs/verbs_api.h) and the
+wire of transports/verbs/ib_wire.h, without the engine. The probe connects through the RDMA CM
+(port 18634, 32-byte private data, protocol 3.1), sends 20 pings with checksummed headers and
+must get 20 pongs; the node's congestion map (8192 bytes, two fragments) must reassemble and the
+node must answer protocol 3.1 (tests/vm/ib_wire.sh).
+
+Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~1 min (emulated CPU).
+"""
+
+import os
+import re
+
+from vmlib import HERE, Checks, run_guests
+
+
+def main():
+    out = run_guests(os.path.join(HERE, "ib_wire.sh"), "vm1", 200)
+    results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
+    checks = Checks("ib wire")
+    check = checks.check
+    check("setup" not in results, f"soft-RoCE and rds_rdma came up: {results.get('setup', 'ok')}")
+    check(results.get("ping", "").strip() == "ok",
+          "20 pings through the RDMA CM connection, each answered by the kernel's pong")
+    check(results.get("map", "").strip() == "ok",
+          "the kernel's congestion map arrived in two fragments and reassembled")
+    check(results.get("version", "").strip() == "3.1",
+          f"the kernel answered protocol 3.1: {results.get('version')}")
+    checks.done()
+
+
+if __name__ == "__main__":
+    main()
