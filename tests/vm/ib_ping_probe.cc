@@ -3,20 +3,25 @@
 // in two guests of ../shared/vm (tests/vm/test_ib_wire.py runs it): no engine, just
 // the bytes a kernel must accept.
 //
-//   ib_ping_probe LOCAL_ADDR PEER_ADDR COUNT
-//
-// Connects through the RDMA CM to PEER_ADDR:18634 with the 32-byte private data
-// (protocol 3.1), receive ring posted first; sends COUNT pings (empty messages from
-// port 4000 to port 0, checksummed headers, ACK_REQUIRED, SOLICITED) one at a time and
-// waits for each pong; answers ACK_REQUIRED with an ack-only frame; reports the
-// kernel's congestion map, the protocol version it answered and how far it acked our
-// pings. Prints "ok N pongs, acked through S" and exits 0, or "FAIL ..." and exits 1.
+//   ib_ping_probe connect LOCAL_ADDR PEER_ADDR COUNT
+//       Connects through the RDMA CM to PEER_ADDR:18634 with the 32-byte private data
+//       (protocol 3.1), receive ring posted first; sends COUNT pings (empty messages from
+//       port 4000 to port 0, checksummed headers, ACK_REQUIRED, SOLICITED) one at a time
+//       and waits for each pong. Prints "ok N pongs, acked through S".
+//   ib_ping_probe accept LOCAL_ADDR SIZE,SIZE,...
+//       Listens on LOCAL_ADDR:18634; the node connects (it has messages for this host):
+//       its request's version and private data are checked and answered; then messages
+//       of the given sizes must arrive in order with rds_echo.py's numbered content
+//       (fragments reassembled). Prints "ok N messages".
+// Both answer ACK_REQUIRED with an ack-only frame, report the node's congestion map
+// and the version it proposed or answered, and print "FAIL ..." (exit 1) on any error.
 #include <arpa/inet.h>
 #include <poll.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +39,7 @@ namespace wire = rds::wire;
 constexpr int kRecvSlots = 256;
 constexpr int kSendSlots = 64;
 constexpr uint16_t kOurPort = 4000;
+constexpr uint16_t kNodePort = 5000;  // the node's sender in accept mode (tests/vm/ib_wire.sh)
 
 const VerbsApi* api;
 rdma_event_channel* events;
@@ -76,54 +82,39 @@ sockaddr_in V4(const char* addr, uint16_t port) {
 
 rds::RdsAddr Rds(const sockaddr_in& sa) { return rds::RdsAddr::FromV4(sa.sin_addr); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: ib_ping_probe LOCAL_ADDR PEER_ADDR COUNT\n");
-    return 2;
-  }
-  const int count = std::atoi(argv[3]);
-  absl::StatusOr<const VerbsApi*> loaded = rds::verbs::LoadVerbs();
-  if (!loaded.ok()) Fail(std::string(loaded.status().message()));
-  api = *loaded;
-  std::printf("devices: %s\n", absl::StrJoin(rds::verbs::DeviceNames(*api), " ").c_str());
-
-  sockaddr_in local = V4(argv[1], 0), peer = V4(argv[2], ib::kCmPortV4);
-  events = api->cm.create_event_channel();
+// A queue pair on `id` with its receive ring posted and its send headers, all
+// in memory registered once.
+struct Endpoint {
   rdma_cm_id* id = nullptr;
-  if (events == nullptr || api->cm.create_id(events, &id, nullptr, RDMA_PS_TCP) != 0) {
-    Fail("cannot create an RDMA CM id (is rdma_ucm loaded?)");
-  }
-  if (api->cm.resolve_addr(id, reinterpret_cast<sockaddr*>(&local),
-                           reinterpret_cast<sockaddr*>(&peer), 5000) != 0) {
-    Fail("rdma_resolve_addr failed");
-  }
-  api->cm.ack_cm_event(Expect(RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
-  if (api->cm.resolve_route(id, 5000) != 0) Fail("rdma_resolve_route failed");
-  api->cm.ack_cm_event(Expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
+  ibv_cq* cq = nullptr;
+  std::vector<uint8_t> rx, tx;
+  ibv_mr* rx_mr = nullptr;
+  ibv_mr* tx_mr = nullptr;
+  int next_send_slot = 0;
 
-  ibv_pd* pd = api->ibv.alloc_pd(id->verbs);
-  ibv_cq* cq = api->ibv.create_cq(id->verbs, kRecvSlots + kSendSlots + 8, nullptr, nullptr, 0);
-  if (pd == nullptr || cq == nullptr) Fail("cannot allocate a PD or CQ");
-  ibv_qp_init_attr qa{};
-  qa.send_cq = qa.recv_cq = cq;
-  qa.qp_type = IBV_QPT_RC;
-  qa.cap.max_send_wr = kSendSlots + 1;
-  qa.cap.max_recv_wr = kRecvSlots;
-  qa.cap.max_send_sge = 2;
-  qa.cap.max_recv_sge = 1;
-  if (api->cm.create_qp(id, pd, &qa) != 0) Fail("rdma_create_qp failed");
+  explicit Endpoint(rdma_cm_id* cm_id) : id(cm_id) {
+    ibv_pd* pd = api->ibv.alloc_pd(id->verbs);
+    cq = api->ibv.create_cq(id->verbs, kRecvSlots + kSendSlots + 8, nullptr, nullptr, 0);
+    if (pd == nullptr || cq == nullptr) Fail("cannot allocate a PD or CQ");
+    ibv_qp_init_attr qa{};
+    qa.send_cq = qa.recv_cq = cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = kSendSlots + 1;
+    qa.cap.max_recv_wr = kRecvSlots;
+    qa.cap.max_send_sge = 2;
+    qa.cap.max_recv_sge = 1;
+    if (api->cm.create_qp(id, pd, &qa) != 0) Fail("rdma_create_qp failed");
+    // Receives are posted before connecting or accepting: the kernel sends its
+    // congestion map as soon as it sees the connection established.
+    rx.resize(size_t{kRecvSlots} * ib::kReceiveBufferSize);
+    tx.resize(size_t{kSendSlots} * wire::kHeaderSize);
+    rx_mr = api->ibv.reg_mr(pd, rx.data(), rx.size(), IBV_ACCESS_LOCAL_WRITE);
+    tx_mr = api->ibv.reg_mr(pd, tx.data(), tx.size(), 0);
+    if (rx_mr == nullptr || tx_mr == nullptr) Fail("ibv_reg_mr failed");
+    for (int s = 0; s < kRecvSlots; ++s) PostRecv(s);
+  }
 
-  // Registered once: the receive ring (a header and a fragment per slot) and the
-  // send headers. Receives are posted before connecting: the kernel sends its
-  // congestion map as soon as it sees the connection established.
-  std::vector<uint8_t> rx(size_t{kRecvSlots} * ib::kReceiveBufferSize);
-  std::vector<uint8_t> tx(size_t{kSendSlots + 1} * wire::kHeaderSize);
-  ibv_mr* rx_mr = api->ibv.reg_mr(pd, rx.data(), rx.size(), IBV_ACCESS_LOCAL_WRITE);
-  ibv_mr* tx_mr = api->ibv.reg_mr(pd, tx.data(), tx.size(), 0);
-  if (rx_mr == nullptr || tx_mr == nullptr) Fail("ibv_reg_mr failed");
-  auto post_recv = [&](int slot) {
+  void PostRecv(int slot) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(&rx[size_t(slot) * ib::kReceiveBufferSize]),
                 static_cast<uint32_t>(ib::kReceiveBufferSize), rx_mr->lkey};
     ibv_recv_wr wr{}, *bad = nullptr;
@@ -131,35 +122,10 @@ int main(int argc, char** argv) {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     if (ibv_post_recv(id->qp, &wr, &bad) != 0) Fail("ibv_post_recv failed");
-  };
-  for (int s = 0; s < kRecvSlots; ++s) post_recv(s);
-
-  ib::ConnectPrivate mine;
-  mine.saddr = Rds(local);
-  mine.daddr = Rds(peer);
-  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, /*v6=*/false);
-  rdma_conn_param cp{};
-  cp.private_data = pdata.data();
-  cp.private_data_len = static_cast<uint8_t>(pdata.size());
-  cp.responder_resources = 1;
-  cp.initiator_depth = 1;
-  cp.retry_count = 7;
-  cp.rnr_retry_count = 7;
-  if (api->cm.connect(id, &cp) != 0) Fail("rdma_connect failed");
-  rdma_cm_event* est = Expect(RDMA_CM_EVENT_ESTABLISHED, 15000);
-  if (est->param.conn.private_data_len >= ib::kPrivateDataSizeV4) {
-    absl::StatusOr<ib::ConnectPrivate> theirs = ib::DecodePrivate(
-        {static_cast<const uint8_t*>(est->param.conn.private_data),
-         est->param.conn.private_data_len}, false);
-    if (theirs.ok()) {
-      std::printf("established: protocol %d.%d, their credit %u\n", theirs->version >> 8,
-                  theirs->version & 0xff, theirs->credit);
-    }
   }
-  api->cm.ack_cm_event(est);
 
-  int next_send_slot = 0;
-  auto post_send = [&](const wire::Header& h) {
+  // A header-only SEND (a ping or an ack-only frame), checksummed, solicited.
+  void PostHeader(const wire::Header& h) {
     uint8_t* slot = &tx[size_t(next_send_slot) * wire::kHeaderSize];
     next_send_slot = (next_send_slot + 1) % kSendSlots;
     wire::Encode(h, slot);
@@ -172,21 +138,15 @@ int main(int argc, char** argv) {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     if (ibv_post_send(id->qp, &wr, &bad) != 0) Fail("ibv_post_send failed");
-  };
+  }
 
-  ib::FragmentAssembler assembler;
-  uint64_t last_rx = 0, acked = 0;
-  bool saw_map = false;
-  for (int i = 1; i <= count; ++i) {
-    wire::Header ping;
-    ping.sequence = static_cast<uint64_t>(i);
-    ping.ack = last_rx;
-    ping.sport = kOurPort;
-    ping.flags = wire::kFlagAckRequired;
-    post_send(ping);
-    bool ponged = false;
-    for (int spins = 0; !ponged; ++spins) {
-      if (spins > 20000) Fail("no pong for ping " + std::to_string(i) + " within 10 s");
+  // Polls until `done` says so or `seconds` pass, handing each complete
+  // message (congestion maps included) to `on_message`; answers ACK_REQUIRED
+  // with an ack-only frame and tracks the highest h_ack.
+  template <typename OnMessage, typename Done>
+  void Run(int seconds, const char* what, OnMessage on_message, Done done) {
+    for (int spins = 0; !done(); ++spins) {
+      if (spins > seconds * 2000) Fail(std::string(what) + " within " + std::to_string(seconds) + " s");
       ibv_wc wc[16];
       const int n = ibv_poll_cq(cq, 16, wc);
       if (n < 0) Fail("ibv_poll_cq failed");
@@ -202,34 +162,202 @@ int main(int argc, char** argv) {
         const int slot = static_cast<int>(wc[k].wr_id);
         absl::StatusOr<ib::FragmentAssembler::Result> r = assembler.Feed(
             {&rx[size_t(slot) * ib::kReceiveBufferSize], wc[k].byte_len});
-        post_recv(slot);
+        PostRecv(slot);
         if (!r.ok()) Fail(std::string(r.status().message()));
         if (r->ack > acked) acked = r->ack;
         if (!r->header) continue;
-        const wire::Header& h = *r->header;
-        if (wire::IsCongMap(h)) {
-          std::printf("congestion map: %u bytes\n", h.len);
+        if (wire::IsCongMap(*r->header)) {
+          std::printf("congestion map: %u bytes\n", r->header->len);
           saw_map = true;
           continue;
         }
-        last_rx = h.sequence;
-        if (h.flags & wire::kFlagAckRequired) {
+        last_rx = r->header->sequence;
+        if (r->header->flags & wire::kFlagAckRequired) {
           wire::Header ack;  // ack-only: sequence 0, ports 0, no payload
           ack.ack = last_rx;
-          post_send(ack);
+          PostHeader(ack);
         }
-        if (h.sport == 0 && h.dport == kOurPort && h.len == 0) {
-          ponged = true;
-        } else {
-          std::printf("message seq %llu %u->%u, %u bytes\n",
-                      static_cast<unsigned long long>(h.sequence), h.sport, h.dport, h.len);
-        }
+        on_message(*r->header, r->payload);
       }
     }
   }
+
+  ib::FragmentAssembler assembler;
+  uint64_t last_rx = 0, acked = 0;
+  bool saw_map = false;
+};
+
+void PrintTheirs(const rdma_conn_param& conn, bool request) {
+  absl::StatusOr<ib::ConnectPrivate> theirs = ib::DecodePrivate(
+      {static_cast<const uint8_t*>(conn.private_data), conn.private_data_len}, false);
+  if (!theirs.ok()) Fail(std::string(theirs.status().message()));
+  std::printf("%s: protocol %d.%d, their credit %u, from %s to %s\n",
+              request ? "request" : "established", theirs->version >> 8, theirs->version & 0xff,
+              theirs->credit, theirs->saddr.ToString().c_str(),
+              theirs->daddr.ToString().c_str());
+}
+
+// Active side: COUNT pings to the node's port 0, each answered by a pong.
+int Connect(const char* local_addr, const char* peer_addr, int count) {
+  sockaddr_in local = V4(local_addr, 0), peer = V4(peer_addr, ib::kCmPortV4);
+  rdma_cm_id* id = nullptr;
+  if (api->cm.create_id(events, &id, nullptr, RDMA_PS_TCP) != 0) {
+    Fail("cannot create an RDMA CM id (is rdma_ucm loaded?)");
+  }
+  if (api->cm.resolve_addr(id, reinterpret_cast<sockaddr*>(&local),
+                           reinterpret_cast<sockaddr*>(&peer), 5000) != 0) {
+    Fail("rdma_resolve_addr failed");
+  }
+  api->cm.ack_cm_event(Expect(RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
+  if (api->cm.resolve_route(id, 5000) != 0) Fail("rdma_resolve_route failed");
+  api->cm.ack_cm_event(Expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
+  Endpoint ep(id);
+
+  ib::ConnectPrivate mine;
+  mine.saddr = Rds(local);
+  mine.daddr = Rds(peer);
+  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, /*v6=*/false);
+  rdma_conn_param cp{};
+  cp.private_data = pdata.data();
+  cp.private_data_len = static_cast<uint8_t>(pdata.size());
+  cp.responder_resources = 1;
+  cp.initiator_depth = 1;
+  cp.retry_count = 7;
+  cp.rnr_retry_count = 7;
+  if (api->cm.connect(id, &cp) != 0) Fail("rdma_connect failed");
+  rdma_cm_event* est = Expect(RDMA_CM_EVENT_ESTABLISHED, 15000);
+  PrintTheirs(est->param.conn, false);
+  api->cm.ack_cm_event(est);
+
+  for (int i = 1; i <= count; ++i) {
+    wire::Header ping;
+    ping.sequence = static_cast<uint64_t>(i);
+    ping.ack = ep.last_rx;
+    ping.sport = kOurPort;
+    ping.flags = wire::kFlagAckRequired;
+    ep.PostHeader(ping);
+    bool ponged = false;
+    ep.Run(10, ("no pong for ping " + std::to_string(i)).c_str(),
+           [&](const wire::Header& h, const rds::Payload&) {
+             if (h.sport == 0 && h.dport == kOurPort && h.len == 0) {
+               ponged = true;
+             } else {
+               std::printf("message seq %llu %u->%u, %u bytes\n",
+                           static_cast<unsigned long long>(h.sequence), h.sport, h.dport, h.len);
+             }
+           },
+           [&] { return ponged; });
+  }
+  wire::Header ack;  // the node frees what we acknowledge, asked or not
+  ack.ack = ep.last_rx;
+  ep.PostHeader(ack);
+  usleep(200 * 1000);
   std::printf("ok %d pongs, acked through %llu%s\n", count,
-              static_cast<unsigned long long>(acked), saw_map ? ", congestion map received" : "");
+              static_cast<unsigned long long>(ep.acked),
+              ep.saw_map ? ", congestion map received" : "");
   std::fflush(stdout);
   api->cm.disconnect(id);
   return 0;
+}
+
+// rds_echo.py's payload: the message number in 8 digits, repeated.
+std::string Expected(int i, size_t size) {
+  char head[16];
+  std::snprintf(head, sizeof head, "%08d", i);
+  std::string out;
+  while (out.size() < size) out += head;
+  out.resize(size);
+  return out;
+}
+
+// Passive side: the node connects to us (it has a message for this host) and
+// sends messages of the given sizes, numbered from 0, content checked.
+int Accept(const char* local_addr, const std::string& sizes_arg) {
+  std::vector<size_t> sizes;
+  for (size_t pos = 0; pos < sizes_arg.size();) {
+    size_t comma = sizes_arg.find(',', pos);
+    if (comma == std::string::npos) comma = sizes_arg.size();
+    sizes.push_back(std::stoul(sizes_arg.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  sockaddr_in local = V4(local_addr, ib::kCmPortV4);
+  rdma_cm_id* listener = nullptr;
+  if (api->cm.create_id(events, &listener, nullptr, RDMA_PS_TCP) != 0 ||
+      api->cm.bind_addr(listener, reinterpret_cast<sockaddr*>(&local)) != 0 ||
+      api->cm.listen(listener, 16) != 0) {
+    Fail("cannot listen on RDMA CM port 18634");
+  }
+  std::printf("listening\n");
+  std::fflush(stdout);
+  rdma_cm_event* req = Expect(RDMA_CM_EVENT_CONNECT_REQUEST, 60000);
+  rdma_cm_id* id = req->id;
+  const absl::Span<const uint8_t> theirs(static_cast<const uint8_t*>(req->param.conn.private_data),
+                                         req->param.conn.private_data_len);
+  PrintTheirs(req->param.conn, true);
+  std::optional<uint16_t> version = ib::NegotiateVersion(theirs, false);
+  if (!version) Fail("the node proposed a version we would reject");
+  absl::StatusOr<ib::ConnectPrivate> request = ib::DecodePrivate(theirs, false);
+  if (!request.ok()) Fail(std::string(request.status().message()));
+  api->cm.ack_cm_event(req);
+  Endpoint ep(id);
+  ib::ConnectPrivate mine;
+  mine.saddr = request->daddr;  // our RDS addresses, from our point of view
+  mine.daddr = request->saddr;
+  mine.version = *version;
+  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, false);
+  rdma_conn_param cp{};
+  cp.private_data = pdata.data();
+  cp.private_data_len = static_cast<uint8_t>(pdata.size());
+  cp.responder_resources = 1;
+  cp.initiator_depth = 1;
+  cp.rnr_retry_count = 7;
+  if (api->cm.accept(id, &cp) != 0) Fail("rdma_accept failed");
+  api->cm.ack_cm_event(Expect(RDMA_CM_EVENT_ESTABLISHED, 15000));
+  std::printf("established\n");
+
+  size_t next = 0;
+  ep.Run(60, "not every message arrived", [&](const wire::Header& h, const rds::Payload& p) {
+    if (h.sport != kNodePort || h.dport != kOurPort) {
+      // Not the sender's: the node retransmits what the first connection left
+      // unacknowledged (pongs), flagged RETRANSMITTED.
+      std::printf("other message seq %llu %u->%u, flags %#x, %u bytes\n",
+                  static_cast<unsigned long long>(h.sequence), h.sport, h.dport, h.flags, h.len);
+      return;
+    }
+    const std::string got(reinterpret_cast<const char*>(p.data()), p.size());
+    if (next >= sizes.size() || p.size() != sizes[next] || got != Expected(int(next), sizes[next])) {
+      Fail("message " + std::to_string(next) + " of " + std::to_string(p.size()) +
+           " bytes is not what was sent");
+    }
+    ++next;
+  }, [&] { return next == sizes.size(); });
+  // The node frees what we acknowledge: acknowledge the last one even unasked.
+  wire::Header ack;
+  ack.ack = ep.last_rx;
+  ep.PostHeader(ack);
+  usleep(200 * 1000);
+  std::printf("ok %zu messages%s\n", sizes.size(),
+              ep.saw_map ? ", congestion map received" : "");
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (!((mode == "connect" && argc == 5) || (mode == "accept" && argc == 4))) {
+    std::fprintf(stderr,
+                 "usage: ib_ping_probe connect LOCAL_ADDR PEER_ADDR COUNT\n"
+                 "       ib_ping_probe accept LOCAL_ADDR SIZE,SIZE,...\n");
+    return 2;
+  }
+  absl::StatusOr<const VerbsApi*> loaded = rds::verbs::LoadVerbs();
+  if (!loaded.ok()) Fail(std::string(loaded.status().message()));
+  api = *loaded;
+  std::printf("devices: %s\n", absl::StrJoin(rds::verbs::DeviceNames(*api), " ").c_str());
+  events = api->cm.create_event_channel();
+  if (events == nullptr) Fail("cannot create an RDMA CM event channel (is rdma_ucm loaded?)");
+  return mode == "connect" ? Connect(argv[2], argv[3], std::atoi(argv[4]))
+                           : Accept(argv[2], argv[3]);
 }

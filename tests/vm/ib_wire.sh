@@ -2,7 +2,8 @@
 # Runs INSIDE each of two guests of ../shared/vm (test_ib_wire.py starts them), both with
 # soft-RoCE (rxe0 on eth0): a kernel rds_rdma node, and a host without RDS where
 # tests/vm/ib_ping_probe (the verbs transport's wire and rdma-core loading, no engine)
-# connects to the node through the RDMA CM and exchanges pings and pongs.
+# 1. connects to the node through the RDMA CM and exchanges pings and pongs;
+# 2. accepts the node's connection and receives its messages of 0 B to 1 MiB.
 # Prints "RESULT <name> <verdict>" lines.
 # Usage: ib_wire.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
@@ -12,17 +13,45 @@ rdma link add rxe0 type rxe netdev eth0 || { echo "RESULT setup FAIL rdma link";
 if [ "$ROLE" = kernel ]; then
   modprobe rds_rdma || { echo "RESULT setup FAIL rds_rdma"; exit 1; }
 fi
+SIZES=0,1,48,4095,4096,4097,8192,10000,65536,1048576
 vm_barrier ready
+# 1. We connect: pings and pongs.
 if [ "$ROLE" = shim ]; then
-  out=$(timeout 60 "$BUILD/tests/ib_ping_probe" "$ME" "$PEER" 20 2>&1)
+  out=$(timeout 60 "$BUILD/tests/ib_ping_probe" connect "$ME" "$PEER" 20 2>&1)
   echo "$out"
   echo "RESULT ping $(echo "$out" | grep -E '^(ok|FAIL)' | head -1 | cut -d' ' -f1)"
   echo "RESULT map $(echo "$out" | grep -q 'congestion map: 8192 bytes' && echo ok || echo missing)"
   echo "RESULT version $(echo "$out" | sed -n 's/^established: protocol \([0-9.]*\),.*/\1/p')"
 fi
-vm_barrier done
-if [ "$ROLE" = kernel ]; then
-  echo "--- kernel RDS/IB connections"
-  dmesg | grep -i rds | tail -5
+vm_barrier pinged
+# 2. The node connects: it has messages for this host, of sizes around the 4 KiB fragment.
+if [ "$ROLE" = shim ]; then
+  timeout 90 "$BUILD/tests/ib_ping_probe" accept "$ME" "$SIZES" >/tmp/accept.out 2>&1 &
+  probe=$!
+  for _ in $(seq 100); do grep -q listening /tmp/accept.out && break; sleep 0.1; done
+  vm_barrier listening
+  wait "$probe"
+  cat /tmp/accept.out
+  echo "RESULT accept $(grep -E '^(ok|FAIL)' /tmp/accept.out | head -1 | cut -d' ' -f1)"
+  echo "RESULT request-version $(sed -n 's/^request: protocol \([0-9.]*\),.*/\1/p' /tmp/accept.out)"
+  vm_barrier received
+else
+  sysctl -qw net.core.wmem_max=16777216
+  vm_barrier listening
+  python3 - "$ME" "$PEER" "$SIZES" <<'PY'
+import socket, sys
+me, peer, sizes = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
+def payload(i, size):
+    head = f"{i:08d}".encode()
+    return (head * (size // len(head) + 1))[:size]
+s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+s.bind((me, 5000))
+for i, size in enumerate(sizes):
+    s.sendto(payload(i, size), (peer, 4000))
+print(f"node sent {len(sizes)}", flush=True)
+PY
+  vm_barrier received  # the socket stayed open until the probe had everything
 fi
+vm_barrier done
 exit 0

@@ -5,7 +5,9 @@ tests/vm/ib_ping_probe — rdma-core opened at run time (transports/verbs/verbs_
 wire of transports/verbs/ib_wire.h, without the engine. The probe connects through the RDMA CM
 (port 18634, 32-byte private data, protocol 3.1), sends 20 pings with checksummed headers and
 must get 20 pongs; the node's congestion map (8192 bytes, two fragments) must reassemble and the
-node must answer protocol 3.1 (tests/vm/ib_wire.sh).
+node must answer protocol 3.1. Then the node connects to the probe (its request checked and
+answered) and sends messages of 0 B to 1 MiB around the 4 KiB fragment size, which must arrive
+whole and in order (tests/vm/ib_wire.sh).
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~1 min (emulated CPU).
 """
@@ -28,6 +30,11 @@ def main():
           "the kernel's congestion map arrived in two fragments and reassembled")
     check(results.get("version", "").strip() == "3.1",
           f"the kernel answered protocol 3.1: {results.get('version')}")
+    check(results.get("accept", "").strip() == "ok",
+          "the node connected to us (its request answered) and its messages of 0 B to 1 MiB "
+          "arrived whole, in order, fragments reassembled")
+    check(results.get("request-version", "").strip() == "3.1",
+          f"the node proposed protocol 3.1: {results.get('request-version')}")
     checks.done()
 
 
