@@ -5,11 +5,11 @@
 //
 //   ib_ping_probe connect LOCAL_ADDR PEER_ADDR COUNT
 //       Connects through the RDMA CM to PEER_ADDR:18634 with the 32-byte private data
-//       (protocol 3.1), receive ring posted first; sends COUNT pings (empty messages from
+//       (IPv6: port 16385, the 56-byte layout; protocol 3.1), receive ring posted first; sends COUNT pings (empty messages from
 //       port 4000 to port 0, checksummed headers, ACK_REQUIRED, SOLICITED) one at a time
 //       and waits for each pong. Prints "ok N pongs, acked through S".
 //   ib_ping_probe accept LOCAL_ADDR SIZE,SIZE,...
-//       Listens on LOCAL_ADDR:18634; the node connects (it has messages for this host):
+//       Listens on LOCAL_ADDR:18634 (IPv6: 16385); the node connects (it has messages for this host):
 //       its request's version and private data are checked and answered; then messages
 //       of the given sizes must arrive in order with rds_echo.py's numbered content
 //       (fragments reassembled). Prints "ok N messages".
@@ -72,15 +72,33 @@ rdma_cm_event* Expect(rdma_cm_event_type want, int timeout_ms) {
   return ev;
 }
 
-sockaddr_in V4(const char* addr, uint16_t port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) Fail(std::string("not an IPv4 address: ") + addr);
-  return sa;
-}
+// An IPv4 or IPv6 address with the RDMA CM port RDS uses for its family
+// (18634 for IPv4, 16385 for IPv6), or port 0.
+struct Addr {
+  sockaddr_storage ss{};
+  bool v6 = false;
+  rds::RdsAddr rds;
+  sockaddr* sa() { return reinterpret_cast<sockaddr*>(&ss); }
+};
 
-rds::RdsAddr Rds(const sockaddr_in& sa) { return rds::RdsAddr::FromV4(sa.sin_addr); }
+Addr Parse(const char* text, bool cm_port) {
+  Addr a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
+  if (inet_pton(AF_INET, text, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(cm_port ? ib::kCmPortV4 : 0);
+    a.rds = rds::RdsAddr::FromV4(v4->sin_addr);
+  } else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(cm_port ? ib::kCmPortV6 : 0);
+    a.v6 = true;
+    a.rds = rds::RdsAddr::FromV6(v6->sin6_addr, 0);
+  } else {
+    Fail(std::string("not an IP address: ") + text);
+  }
+  return a;
+}
 
 // A queue pair on `id` with its receive ring posted and its send headers, all
 // in memory registered once.
@@ -187,9 +205,9 @@ struct Endpoint {
   bool saw_map = false;
 };
 
-void PrintTheirs(const rdma_conn_param& conn, bool request) {
+void PrintTheirs(const rdma_conn_param& conn, bool request, bool v6) {
   absl::StatusOr<ib::ConnectPrivate> theirs = ib::DecodePrivate(
-      {static_cast<const uint8_t*>(conn.private_data), conn.private_data_len}, false);
+      {static_cast<const uint8_t*>(conn.private_data), conn.private_data_len}, v6);
   if (!theirs.ok()) Fail(std::string(theirs.status().message()));
   std::printf("%s: protocol %d.%d, their credit %u, from %s to %s\n",
               request ? "request" : "established", theirs->version >> 8, theirs->version & 0xff,
@@ -199,13 +217,13 @@ void PrintTheirs(const rdma_conn_param& conn, bool request) {
 
 // Active side: COUNT pings to the node's port 0, each answered by a pong.
 int Connect(const char* local_addr, const char* peer_addr, int count) {
-  sockaddr_in local = V4(local_addr, 0), peer = V4(peer_addr, ib::kCmPortV4);
+  Addr local = Parse(local_addr, false), peer = Parse(peer_addr, true);
+  if (local.v6 != peer.v6) Fail("the two addresses are of different families");
   rdma_cm_id* id = nullptr;
   if (api->cm.create_id(events, &id, nullptr, RDMA_PS_TCP) != 0) {
     Fail("cannot create an RDMA CM id (is rdma_ucm loaded?)");
   }
-  if (api->cm.resolve_addr(id, reinterpret_cast<sockaddr*>(&local),
-                           reinterpret_cast<sockaddr*>(&peer), 5000) != 0) {
+  if (api->cm.resolve_addr(id, local.sa(), peer.sa(), 5000) != 0) {
     Fail("rdma_resolve_addr failed");
   }
   api->cm.ack_cm_event(Expect(RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
@@ -214,9 +232,9 @@ int Connect(const char* local_addr, const char* peer_addr, int count) {
   Endpoint ep(id);
 
   ib::ConnectPrivate mine;
-  mine.saddr = Rds(local);
-  mine.daddr = Rds(peer);
-  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, /*v6=*/false);
+  mine.saddr = local.rds;
+  mine.daddr = peer.rds;
+  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, local.v6);
   rdma_conn_param cp{};
   cp.private_data = pdata.data();
   cp.private_data_len = static_cast<uint8_t>(pdata.size());
@@ -226,7 +244,7 @@ int Connect(const char* local_addr, const char* peer_addr, int count) {
   cp.rnr_retry_count = 7;
   if (api->cm.connect(id, &cp) != 0) Fail("rdma_connect failed");
   rdma_cm_event* est = Expect(RDMA_CM_EVENT_ESTABLISHED, 15000);
-  PrintTheirs(est->param.conn, false);
+  PrintTheirs(est->param.conn, false, local.v6);
   api->cm.ack_cm_event(est);
 
   for (int i = 1; i <= count; ++i) {
@@ -280,12 +298,11 @@ int Accept(const char* local_addr, const std::string& sizes_arg) {
     sizes.push_back(std::stoul(sizes_arg.substr(pos, comma - pos)));
     pos = comma + 1;
   }
-  sockaddr_in local = V4(local_addr, ib::kCmPortV4);
+  Addr local = Parse(local_addr, true);
   rdma_cm_id* listener = nullptr;
   if (api->cm.create_id(events, &listener, nullptr, RDMA_PS_TCP) != 0 ||
-      api->cm.bind_addr(listener, reinterpret_cast<sockaddr*>(&local)) != 0 ||
-      api->cm.listen(listener, 16) != 0) {
-    Fail("cannot listen on RDMA CM port 18634");
+      api->cm.bind_addr(listener, local.sa()) != 0 || api->cm.listen(listener, 16) != 0) {
+    Fail(std::string("cannot listen on ") + local_addr + "'s RDMA CM port");
   }
   std::printf("listening\n");
   std::fflush(stdout);
@@ -293,10 +310,10 @@ int Accept(const char* local_addr, const std::string& sizes_arg) {
   rdma_cm_id* id = req->id;
   const absl::Span<const uint8_t> theirs(static_cast<const uint8_t*>(req->param.conn.private_data),
                                          req->param.conn.private_data_len);
-  PrintTheirs(req->param.conn, true);
-  std::optional<uint16_t> version = ib::NegotiateVersion(theirs, false);
+  PrintTheirs(req->param.conn, true, local.v6);
+  std::optional<uint16_t> version = ib::NegotiateVersion(theirs, local.v6);
   if (!version) Fail("the node proposed a version we would reject");
-  absl::StatusOr<ib::ConnectPrivate> request = ib::DecodePrivate(theirs, false);
+  absl::StatusOr<ib::ConnectPrivate> request = ib::DecodePrivate(theirs, local.v6);
   if (!request.ok()) Fail(std::string(request.status().message()));
   api->cm.ack_cm_event(req);
   Endpoint ep(id);
@@ -304,7 +321,7 @@ int Accept(const char* local_addr, const std::string& sizes_arg) {
   mine.saddr = request->daddr;  // our RDS addresses, from our point of view
   mine.daddr = request->saddr;
   mine.version = *version;
-  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, false);
+  const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, local.v6);
   rdma_conn_param cp{};
   cp.private_data = pdata.data();
   cp.private_data_len = static_cast<uint8_t>(pdata.size());

@@ -3,12 +3,16 @@
 # soft-RoCE (rxe0 on eth0): a kernel rds_rdma node, and a host without RDS where
 # tests/vm/ib_ping_probe (the verbs transport's wire and rdma-core loading, no engine)
 # 1. connects to the node through the RDMA CM and exchanges pings and pongs;
-# 2. accepts the node's connection and receives its messages of 0 B to 1 MiB.
+# 2. accepts the node's connection and receives its messages of 0 B to 1 MiB;
+# 3. connects over IPv6 (port 16385, the 56-byte private data) for pings and pongs.
 # Prints "RESULT <name> <verdict>" lines.
 # Usage: ib_wire.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
 BUILD=$1 ROLE=$2 ME=$3 PEER=$4
 modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm || { echo "RESULT setup FAIL modprobe"; exit 1; }
+# IPv6 too (a ULA on each side: the 56-byte private data, port 16385).
+ME6=fd77::${ME##*.} PEER6=fd77::${PEER##*.}
+ip -6 addr add "$ME6/64" dev eth0 nodad
 rdma link add rxe0 type rxe netdev eth0 || { echo "RESULT setup FAIL rdma link"; exit 1; }
 if [ "$ROLE" = kernel ]; then
   modprobe rds_rdma || { echo "RESULT setup FAIL rds_rdma"; exit 1; }
@@ -52,6 +56,12 @@ for i, size in enumerate(sizes):
 print(f"node sent {len(sizes)}", flush=True)
 PY
   vm_barrier received  # the socket stayed open until the probe had everything
+fi
+# 3. We connect over IPv6: pings and pongs.
+if [ "$ROLE" = shim ]; then
+  out=$(timeout 60 "$BUILD/tests/ib_ping_probe" connect "$ME6" "$PEER6" 5 2>&1)
+  echo "$out"
+  echo "RESULT ping6 $(echo "$out" | grep -E '^(ok|FAIL)' | head -1 | cut -d' ' -f1)"
 fi
 vm_barrier done
 exit 0
