@@ -112,28 +112,35 @@ void Engine::DrainAtExit(absl::Duration limit, absl::Duration shared_limit) {
   Engine* e = IfRunning();
   if (e == nullptr) return;
   const absl::Time start = absl::Now();
-  // Waits until nothing counted by PendingMessages(shared_only) is left or
-  // `deadline` passed: what is left, or nullopt if the engine did not answer.
-  auto drain = [e](bool shared_only, absl::Time deadline) -> std::optional<size_t> {
-    for (;;) {
-      auto pending = std::make_shared<std::atomic<size_t>>(~size_t{0});
-      auto done = std::make_shared<rds::Notification>();
-      e->loop_.Post([e, pending, done, shared_only] {
-        pending->store(e->PendingMessages(shared_only));
-        done->Notify();
-      });
-      if (!done->WaitForNotificationWithDeadline(deadline)) return std::nullopt;
-      if (pending->load() == 0 || absl::Now() >= deadline) return pending->load();
-      absl::SleepFor(absl::Milliseconds(1));
-    }
+  const absl::Time deadline = start + limit;
+  const absl::Time shared_deadline = start + std::max(limit, shared_limit);
+  struct Pending {
+    size_t all = 0, shared = 0;
   };
-  if (!drain(/*shared_only=*/false, start + limit)) return;
-  const std::optional<size_t> left =
-      drain(/*shared_only=*/true, start + std::max(limit, shared_limit));
-  if (left.value_or(0) > 0) {
-    log::Warn("exit: %u messages of sockets another process holds were not acknowledged "
-              "within RDS_PRELOAD_EXIT_FLUSH_SHARED_MS; they are lost with this process",
-              static_cast<unsigned>(*left));
+  for (;;) {
+    auto pending = std::make_shared<Pending>();
+    auto done = std::make_shared<rds::Notification>();
+    e->loop_.Post([e, pending, done] {
+      pending->all = e->PendingMessages(/*shared_only=*/false);
+      pending->shared = pending->all == 0 ? 0 : e->PendingMessages(/*shared_only=*/true);
+      done->Notify();
+    });
+    // An answer that comes just after the first deadline still counts: only
+    // an engine that does not answer at all ends the wait at once.
+    const absl::Time answer_by = std::max(deadline, absl::Now() + absl::Milliseconds(500));
+    if (!done->WaitForNotificationWithDeadline(std::min(answer_by, shared_deadline))) return;
+    const absl::Time now = absl::Now();
+    if (pending->all == 0) return;
+    if (now >= deadline && pending->shared == 0) return;
+    if (now >= shared_deadline) {
+      if (pending->shared > 0) {
+        log::Warn("exit: %u messages of sockets another process holds were not acknowledged "
+                  "within RDS_PRELOAD_EXIT_FLUSH_SHARED_MS; they are lost with this process",
+                  static_cast<unsigned>(pending->shared));
+      }
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
   }
 }
 
