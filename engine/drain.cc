@@ -53,30 +53,29 @@ bool Matches(const MessagePtr& m, const RdsSocket* rs, const std::optional<RdsEn
 // Exit.
 
 size_t Engine::PendingMessages(bool shared_only) {
+  if (!shared_only) return PendingMessagesWhere([](const Message&) { return true; });
+  // The sender lives while it counts the message (Message::sender).
+  return PendingMessagesWhere([](const Message& m) {
+    return m.sender != nullptr && m.sender->maybe_shared.load();
+  });
+}
+
+size_t Engine::PendingMessagesWhere(absl::FunctionRef<bool(const Message&)> counts) {
   // A path that is down and whose reconnection has failed since (its
   // back-off grew past the first step), or a route query whose connection
   // failed, has no reachable peer: nothing to wait for at exit, where kernel
   // RDS drops a closed socket's messages anyway (DESIGN.md §4.1). A kernel
   // node's messages for a socket between processes wait for its next one.
   size_t n = 0;
-  auto count = [&n, shared_only](const std::deque<MessagePtr>& q) {
-    if (!shared_only) {
-      n += q.size();
-      return;
-    }
-    for (const MessagePtr& m : q) {
-      // The sender lives while it counts the message (Message::sender).
-      if (m->sender != nullptr && m->sender->maybe_shared.load()) ++n;
-    }
+  auto count = [&n, counts](const std::deque<MessagePtr>& q) {
+    for (const MessagePtr& m : q) n += counts(*m) ? 1 : 0;
   };
   for (auto& [key, c] : connections_) {
     const bool queries_fail = QueriesFail(*c);
     for (auto& [port, q] : c->unresolved) {
       if (!queries_fail) count(q);
     }
-    if (!shared_only) {
-      for (auto& [port, q] : c->node_held) n += q.size();  // a kernel node's, for a parked socket
-    }
+    for (auto& [port, q] : c->node_held) count(q);  // a kernel node's, for a parked socket
     for (auto& [pid, p] : c->paths) {
       if (PathUnreachable(*p)) continue;
       count(p->backlog);
@@ -140,6 +139,33 @@ void Engine::DrainAtExit(absl::Duration limit, absl::Duration shared_limit) {
       }
       return;
     }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+void Engine::DrainSocket(const RdsSocket& rs, absl::Duration limit) {
+  Engine* e = IfRunning();
+  if (e == nullptr) return;
+  const absl::Time deadline = absl::Now() + limit;
+  const RdsSocket* sender = &rs;
+  for (bool first = true;; first = false) {
+    auto pending = std::make_shared<std::atomic<size_t>>(0);
+    auto done = std::make_shared<rds::Notification>();
+    e->loop_.Post([e, pending, done, sender] {
+      pending->store(
+          e->PendingMessagesWhere([sender](const Message& m) { return m.sender == sender; }));
+      done->Notify();
+    });
+    if (!done->WaitForNotificationWithDeadline(deadline)) return;
+    if (pending->load() == 0) return;
+    if (absl::Now() >= deadline) {
+      log::Warn("socket %016x goes on in another process with %u of its messages not yet "
+                "acknowledged here (RDS_PRELOAD_EXIT_FLUSH_SHARED_MS passed): they may arrive "
+                "after the other process's", rs.id, static_cast<unsigned>(pending->load()));
+      return;
+    }
+    if (first) log::Debug("socket %016x: waiting for %u of its messages before letting it go",
+                          rs.id, static_cast<unsigned>(pending->load()));
     absl::SleepFor(absl::Milliseconds(1));
   }
 }

@@ -25,6 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "engine/sync.h"
 #include "engine/addr.h"
@@ -140,6 +141,11 @@ class Engine {
   // processes may hold (RdsSocket::maybe_shared): their socket lives on, as
   // a kernel socket's queue does, and what this image takes with it is lost.
   static void DrainAtExit(absl::Duration limit, absl::Duration shared_limit);
+  // A socket this process lets go of while another holds it (share::Park at
+  // a last close): waits (at most `limit`) until its messages queued here
+  // are acknowledged. Meanwhile the other holder's calls are served here, so
+  // they queue behind them; once the socket is parked they would not.
+  static void DrainSocket(const RdsSocket& rs, absl::Duration limit);
   // This process parks a socket bound on `laddr` of `ns` for another
   // process (share::Park) as its image ends, or the last of its sockets on
   // that address: every kernel node connection on that address this engine
@@ -407,8 +413,10 @@ class Engine {
   bool RunOnLoopAndWait(std::function<void()> task);
   void SendCongestionMap(Path& p);
   // Queued messages a process exit waits for (DESIGN.md §4.1); only those of
-  // sockets other processes may hold if `shared_only`.
+  // sockets other processes may hold if `shared_only`; or those `counts`
+  // says.
   size_t PendingMessages(bool shared_only);
+  size_t PendingMessagesWhere(absl::FunctionRef<bool(const Message&)> counts);
 
   const uint32_t pid_;
   const uint32_t gen_;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "conf/settings.h"
 #include "engine/bind.h"
 #include "engine/cong.h"
 #include "engine/engine.h"
@@ -177,6 +178,16 @@ bool OtherSocketOn(const RdsSocket& rs, const RdsAddr& addr) {
 
 bool Park(RdsSocket& rs, bool image_ends) {
   if (rs.remote.load()) return false;
+  // A last close of a socket another process holds (a daemon's parent; CPython
+  // closes its sockets before the image ends): what this engine queued of it
+  // goes first, while the other holder's calls still come here and queue
+  // behind it — once parked, the taker's engine would send its own at once,
+  // ahead of ours (vm/kernel_interop saw the node receive a child's messages
+  // before its parent's). At an image's end the exit drain has waited already.
+  const bool held = HeldElsewhere(rs);
+  if (!image_ends && held && Engine::IfRunning() != nullptr) {
+    Engine::DrainSocket(rs, absl::Milliseconds(conf::Get().exit_flush_shared_ms));
+  }
   internal::StopServing(rs.id);
   {
     rds::MutexLock lock(&rs.mu);
@@ -184,7 +195,7 @@ bool Park(RdsSocket& rs, bool image_ends) {
   }
   // A socket not known to be shared is parked only if some other descriptor
   // of it lives (this process has none left when its last one was closed).
-  if (!rs.maybe_shared.load(std::memory_order_acquire) && !HeldElsewhere(rs)) return false;
+  if (!rs.maybe_shared.load(std::memory_order_acquire) && !held) return false;
   const int port_fd = internal::SharePort(rs);
   // The kernel nodes' connections this engine holds on the socket's address
   // go with it, read up to now (what was read is in its queue), when this

@@ -14,6 +14,11 @@
  *       with the socket still open), "wait" (a second, then exit: a kernel's connection to the
  *       destination host is up by then), "fork-exit" (a daemon's way: fork a child that keeps the
  *       socket 8 s without using it, and exit). What the kernel transmits in sendmsg must arrive.
+ *   order ADDR PORT EXPECT TIMEOUT_MS
+ *       As count, and prints "order N: <first byte of each message, in arrival order>".
+ *   fork-order SRC DST DPORT N
+ *       A daemon's parent sends N "p" messages, forks, closes its socket and exits; its child
+ *       execs (connection delay off) and sends N "c" messages on the inherited socket at once.
  *   stream SRC DST DPORT COUNT block|nonblock LIMIT_MS [linger]
  *       Sends COUNT 1 KiB messages (a blocking socket, or a non-blocking one retried after EAGAIN
  *       and ENOBUFS every millisecond); prints "sent N" every 1000 messages and "done SENT FAILED"
@@ -163,6 +168,70 @@ static int cmd_count(const char *ip, int port, long expect, int timeout_ms, int 
   }
   printf("count %ld\n", n);
   fflush(stdout);
+  return 0;
+}
+
+/* Receives until EXPECT messages or TIMEOUT_MS without one; prints "order N: ..." with each
+ * message's first character (p or c below), in arrival order. */
+static int cmd_order(const char *ip, int port, long expect, int timeout_ms) {
+  int fd = bound_socket(ip, port, NULL);
+  printf("ready\n");
+  fflush(stdout);
+  static char seen[100000];
+  long n = 0;
+  char buf[2048];
+  while (n < expect && n < (long)sizeof seen - 1) {
+    ssize_t r = recv_within(fd, buf, sizeof buf, timeout_ms);
+    if (r < 0) break;
+    seen[n++] = r > 0 ? buf[0] : '?';
+  }
+  seen[n] = 0;
+  printf("order %ld: %s\n", n, seen);
+  fflush(stdout);
+  return 0;
+}
+
+/* A daemon's parent and its exec'd child on one socket: the parent sends N "p" messages, forks
+ * and closes the socket and exits; the child sets RDS_PRELOAD_FAULT_CONNECT_DELAY_MS=0 and execs
+ * "fork-order-child FD DST DPORT N", which sends N "c" messages on the inherited socket at once
+ * and keeps it 8 s. A kernel socket delivers the parent's first. */
+static int cmd_fork_order(const char *src, const char *dst, int dport, int n) {
+  int fd = bound_socket(src, 0, NULL);
+  struct sockaddr_in to = addr_of(dst, dport);
+  for (int i = 0; i < n; ++i) {
+    if (sendto(fd, "p", 1, 0, (struct sockaddr *)&to, sizeof to) != 1) {
+      printf("fatal: sendto: %s\n", en(errno));
+      return 2;
+    }
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    printf("fatal: fork: %s\n", en(errno));
+    return 2;
+  }
+  if (child == 0) {
+    char fdtext[16], ntext[16], port[16];
+    snprintf(fdtext, sizeof fdtext, "%d", fd);
+    snprintf(ntext, sizeof ntext, "%d", n);
+    snprintf(port, sizeof port, "%d", dport);
+    setenv("RDS_PRELOAD_FAULT_CONNECT_DELAY_MS", "0", 1);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl("/proc/self/exe", "lifetime_probe", "fork-order-child", fdtext, dst, port, ntext,
+          (char *)NULL);
+    _exit(3);
+  }
+  if (close(fd) != 0) printf("fatal: close: %s\n", en(errno));
+  exit(0);
+}
+
+static int cmd_fork_order_child(int fd, const char *dst, int dport, int n) {
+  struct sockaddr_in to = addr_of(dst, dport);
+  for (int i = 0; i < n; ++i) {
+    if (sendto(fd, "c", 1, 0, (struct sockaddr *)&to, sizeof to) != 1) return 2;
+  }
+  sleep(8);
   return 0;
 }
 
@@ -416,6 +485,15 @@ int main(int argc, char **argv) {
   if (argc >= 6 && strcmp(argv[1], "count") == 0) {
     return cmd_count(argv[2], atoi(argv[3]), atol(argv[4]), atoi(argv[5]),
                      argc >= 7 && strcmp(argv[6], "hold") == 0);
+  }
+  if (argc >= 6 && strcmp(argv[1], "order") == 0) {
+    return cmd_order(argv[2], atoi(argv[3]), atol(argv[4]), atoi(argv[5]));
+  }
+  if (argc >= 6 && strcmp(argv[1], "fork-order") == 0) {
+    return cmd_fork_order(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+  }
+  if (argc >= 6 && strcmp(argv[1], "fork-order-child") == 0) {
+    return cmd_fork_order_child(atoi(argv[2]), argv[3], atoi(argv[4]), atoi(argv[5]));
   }
   if (argc >= 6 && strcmp(argv[1], "send-then") == 0) {
     return cmd_send_then(argv[2], argv[3], argv[4], atoi(argv[5]));

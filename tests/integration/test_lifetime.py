@@ -144,6 +144,28 @@ class Lifetime(unittest.TestCase):
                          f"messages a forking parent sent just before its exit were lost\n"
                          f"{counter.diag()}")
 
+    def test_1_a_forking_parents_messages_come_before_its_childs(self):
+        # The parent sends 100 messages, forks and closes the socket while its first connection
+        # is held back 3 s; its exec'd child (no delay) sends 100 more on the socket at once.
+        # One socket: the receiver gets the parent's 100, then the child's (DESIGN.md §3.5).
+        itlib.require_netns()
+        ns_a, ip_a, ns_b, ip_b = itlib.make_two_hosts("fo")
+        rundir = itlib.make_tmpdir("fork-order")
+        port = 4260
+        receiver = itlib.Proc("receiver", [probe(), "order", ip_a, port, 200, 8000], rundir,
+                              netns=ns_a)
+        receiver.close_stdin()
+        receiver.expect("ready", 20)
+        p = itlib.Proc("parent", [probe(), "fork-order", ip_b, ip_a, port, 100], rundir,
+                       netns=ns_b, extra_env={"RDS_PRELOAD_FAULT_CONNECT_DELAY_MS": "3000"})
+        p.close_stdin()
+        self.assertEqual(p.wait(PROBE_TIMEOUT), 0, p.diag())
+        line = receiver.expect("order ", PROBE_TIMEOUT)
+        receiver.wait(10)
+        self.assertEqual(line.split(": ", 1)[1], "p" * 100 + "c" * 100,
+                         f"the parent's and the child's messages, in arrival order\n"
+                         f"{receiver.diag()}")
+
     # -- 2. the receiver's process is gone -------------------------------------------------
 
     def receiver_gone(self, mode, kill, across_hosts):
