@@ -4,7 +4,8 @@
 # tests/vm/ib_ping_probe (the verbs transport's wire and rdma-core loading, no engine)
 # 1. connects to the node through the RDMA CM and exchanges pings and pongs;
 # 2. accepts the node's connection and receives its messages of 0 B to 1 MiB;
-# 3. connects over IPv6 (port 16385, the 56-byte private data) for pings and pongs.
+# 3. connects over IPv6 (port 16385, the 56-byte private data) for pings and pongs;
+# 4. runs the verbs link against the node's echo server (done before 3).
 # Prints "RESULT <name> <verdict>" lines.
 # Usage: ib_wire.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
 set -u
@@ -12,6 +13,7 @@ BUILD=$1 ROLE=$2 ME=$3 PEER=$4
 modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm || { echo "RESULT setup FAIL modprobe"; exit 1; }
 # IPv6 too (a ULA on each side: the 56-byte private data, port 16385).
 ME6=fd77::${ME##*.} PEER6=fd77::${PEER##*.}
+sysctl -qw net.core.wmem_max=16777216 net.core.rmem_max=16777216  # 1 MiB messages
 ip -6 addr add "$ME6/64" dev eth0 nodad
 rdma link add rxe0 type rxe netdev eth0 || { echo "RESULT setup FAIL rdma link"; exit 1; }
 if [ "$ROLE" = kernel ]; then
@@ -56,6 +58,23 @@ for i, size in enumerate(sizes):
 print(f"node sent {len(sizes)}", flush=True)
 PY
   vm_barrier received  # the socket stayed open until the probe had everything
+fi
+# 4. The verbs link (transports/verbs/verbs_link.h, no engine): messages of 0 B to 1 MiB and a
+#    burst of 200 small ones, all queued at once, to the node's echo server; every echo back.
+if [ "$ROLE" = kernel ]; then
+  timeout 90 python3 "$(dirname "$0")/rds_echo.py" server "$ME" 4001 210 >/tmp/echo.out 2>&1 &
+  server=$!
+  for _ in $(seq 100); do grep -q ready /tmp/echo.out && break; sleep 0.1; done
+  vm_barrier echo-ready
+  vm_barrier echoed
+  kill "$server" 2>/dev/null
+  cat /tmp/echo.out
+else
+  vm_barrier echo-ready
+  out=$(timeout 80 "$BUILD/tests/verbs_link_probe" "$ME" "$PEER" 4001 2>&1)
+  echo "$out"
+  echo "RESULT link $(echo "$out" | grep -E '^(ok|FAIL)' | head -1 | cut -d' ' -f1)"
+  vm_barrier echoed
 fi
 # 3. We connect over IPv6: pings and pongs.
 if [ "$ROLE" = shim ]; then

@@ -7,8 +7,11 @@ wire of transports/verbs/ib_wire.h, without the engine. The probe connects throu
 must get 20 pongs; the node's congestion map (8192 bytes, two fragments) must reassemble and the
 node must answer protocol 3.1. Then the node connects to the probe (its request checked and
 answered) and sends messages of 0 B to 1 MiB around the 4 KiB fragment size, which must arrive
-whole and in order. Last, pings over IPv6 (ULA addresses; port 16385 and the 56-byte private
-data) (tests/vm/ib_wire.sh).
+whole and in order. Then the verbs link itself (transports/verbs/verbs_link.h, in an event loop
+without the engine: tests/vm/verbs_link_probe) sends 0 B to 1 MiB and a burst of 200 small
+messages, queued at once, to the node's echo server: every echo must come back whole and in
+order, and the node's h_ack must reach the last message. Last, pings over IPv6 (ULA addresses;
+port 16385 and the 56-byte private data) (tests/vm/ib_wire.sh).
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~1 min (emulated CPU).
 """
@@ -36,6 +39,9 @@ def main():
           "arrived whole, in order, fragments reassembled")
     check(results.get("request-version", "").strip() == "3.1",
           f"the node proposed protocol 3.1: {results.get('request-version')}")
+    check(results.get("link", "").strip() == "ok",
+          "the verbs link: 0 B to 1 MiB and a burst of 200, queued at once, all echoed by the "
+          "node, which acknowledged the last (h_ack)")
     check(results.get("ping6", "").strip() == "ok",
           "over IPv6 (port 16385, 56-byte private data) pings are answered too")
     checks.done()

@@ -1,0 +1,343 @@
+// transports/verbs/verbs_link.cc — see verbs_link.h.
+#include "transports/verbs/verbs_link.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/log.h"
+#include "engine/sys.h"
+
+namespace rds::verbs {
+
+namespace {
+
+constexpr uint64_t kAckWrId = ~uint64_t{0};
+// The kernel signals every (max_unsignaled_wr + 1)-th send: 17th by default.
+constexpr int kSignalEvery = 17;
+// CQ events are acknowledged in batches (ibv_ack_cq_events takes a mutex).
+constexpr unsigned kCqEventAckBatch = 64;
+
+}  // namespace
+
+VerbsLink::VerbsLink(const VerbsApi& api, EventLoop& loop, rdma_cm_id* id, Sizes sizes,
+                     std::string description)
+    : api_(api), loop_(loop), id_(id), sizes_(sizes), description_(std::move(description)) {}
+
+absl::StatusOr<std::shared_ptr<VerbsLink>> VerbsLink::Create(const VerbsApi& api,
+                                                             EventLoop& loop, rdma_cm_id* id,
+                                                             Sizes sizes,
+                                                             std::string description) {
+  std::shared_ptr<VerbsLink> link(new VerbsLink(api, loop, id, sizes, std::move(description)));
+  if (absl::Status s = link->Init(); !s.ok()) {
+    link->Release();
+    return s;
+  }
+  return link;
+}
+
+VerbsLink::~VerbsLink() { Release(); }
+
+absl::Status VerbsLink::Init() {
+  if (id_ == nullptr || id_->verbs == nullptr) {
+    return absl::FailedPreconditionError("the RDMA CM id has no device (address not resolved)");
+  }
+  pd_ = api_.ibv.alloc_pd(id_->verbs);
+  channel_ = pd_ ? api_.ibv.create_comp_channel(id_->verbs) : nullptr;
+  cq_ = channel_ ? api_.ibv.create_cq(id_->verbs, sizes_.recv_slots + sizes_.send_slots + 1,
+                                      this, channel_, 0)
+                 : nullptr;
+  if (cq_ == nullptr) return absl::ResourceExhaustedError("cannot allocate a PD, channel or CQ");
+  const int flags = sys::Fcntl(channel_->fd, F_GETFL, 0);
+  if (flags < 0 || sys::Fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return absl::InternalError("cannot make the completion channel non-blocking");
+  }
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = cq_;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = static_cast<uint32_t>(sizes_.send_slots + 1);  // + the ack frame
+  qa.cap.max_recv_wr = static_cast<uint32_t>(sizes_.recv_slots);
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  if (api_.cm.create_qp(id_, pd_, &qa) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("rdma_create_qp: ", strerror(errno)));
+  }
+  qp_created_ = true;
+  // Registered once: receive buffers, and send slots of a header and a
+  // fragment each plus one header for the ack frame.
+  rx_.resize(size_t(sizes_.recv_slots) * ib::kReceiveBufferSize);
+  tx_.resize(size_t(sizes_.send_slots) * ib::kReceiveBufferSize + wire::kHeaderSize);
+  rx_mr_ = api_.ibv.reg_mr(pd_, rx_.data(), rx_.size(), IBV_ACCESS_LOCAL_WRITE);
+  tx_mr_ = api_.ibv.reg_mr(pd_, tx_.data(), tx_.size(), 0);
+  if (rx_mr_ == nullptr || tx_mr_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("ibv_reg_mr: ", strerror(errno)));
+  }
+  // Posted before the connection is made: a kernel sends its congestion map
+  // as soon as it sees the connection established.
+  for (int s = 0; s < sizes_.recv_slots; ++s) PostRecv(s);
+  if (closed_) return absl::InternalError("cannot post the receive ring");
+  if (ibv_req_notify_cq(cq_, 0) != 0) return absl::InternalError("cannot arm the CQ");
+  VerbsLink* self = this;
+  loop_.Add(channel_->fd, EPOLLIN, [self](uint32_t) { self->OnCompletionChannel(); });
+  watching_ = true;
+  return absl::OkStatus();
+}
+
+void VerbsLink::Release() {
+  if (watching_) loop_.Remove(channel_->fd);
+  watching_ = false;
+  if (qp_created_) api_.cm.destroy_qp(id_);
+  qp_created_ = false;
+  if (cq_ != nullptr && unacked_cq_events_ > 0) api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
+  unacked_cq_events_ = 0;
+  if (rx_mr_ != nullptr) api_.ibv.dereg_mr(rx_mr_);
+  if (tx_mr_ != nullptr) api_.ibv.dereg_mr(tx_mr_);
+  rx_mr_ = tx_mr_ = nullptr;
+  if (cq_ != nullptr) api_.ibv.destroy_cq(cq_);
+  cq_ = nullptr;
+  if (channel_ != nullptr) api_.ibv.destroy_comp_channel(channel_);
+  channel_ = nullptr;
+  if (pd_ != nullptr) api_.ibv.dealloc_pd(pd_);
+  pd_ = nullptr;
+}
+
+uint32_t VerbsLink::qp_num() const { return id_ && id_->qp ? id_->qp->qp_num : 0; }
+
+void VerbsLink::PostRecv(int slot) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(&rx_[size_t(slot) * ib::kReceiveBufferSize]),
+              static_cast<uint32_t>(ib::kReceiveBufferSize), rx_mr_->lkey};
+  ibv_recv_wr wr{}, *bad = nullptr;
+  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (ibv_post_recv(id_->qp, &wr, &bad) != 0) {
+    Fail(absl::InternalError("ibv_post_recv failed"));
+    return;
+  }
+  ++posted_receives_;
+}
+
+void VerbsLink::OnEstablished() {
+  if (closed_) return;
+  established_ = true;
+  auto keep = shared_from_this();
+  if (cb_.on_connected) cb_.on_connected();
+  ScheduleFlush();
+}
+
+void VerbsLink::OnDisconnected(const absl::Status& why) { Fail(why); }
+
+void VerbsLink::Send(MessagePtr m) {
+  if (closed_) return;
+  queue_.push_back(std::move(m));
+  if (established_) ScheduleFlush();
+}
+
+void VerbsLink::ScheduleFlush() {
+  if (flush_scheduled_ || closed_) return;
+  flush_scheduled_ = true;
+  auto keep = shared_from_this();
+  loop_.Defer([keep] {
+    keep->flush_scheduled_ = false;
+    keep->Flush();
+  });
+}
+
+void VerbsLink::Flush() {
+  while (established_ && !closed_ && !queue_.empty()) {
+    const MessagePtr m = queue_.front();
+    const uint32_t len = m->header.len;
+    if (next_fragment_ == 0) {
+      if (m->cancelled.load()) {  // nothing of it written yet: skipped
+        queue_.pop_front();
+        continue;
+      }
+      // The header of every fragment: our acknowledgement, and whether we ask
+      // for one (never on a congestion map, which is neither acked nor
+      // sequenced).
+      wire::Header h = m->header;
+      h.ack = acks_.Piggyback();
+      if (!wire::IsCongMap(h)) {
+        const bool last_of_burst = queue_.size() == 1;
+        const bool must = (h.flags & wire::kFlagRetransmitted) || m->ack_soon || last_of_burst;
+        if (acks_.AskForAck(len, must)) h.flags |= wire::kFlagAckRequired;
+      }
+      h.csum = 0;
+      wire::Encode(h, header_);
+      wire::SetHeaderChecksum(header_);
+    }
+    const uint32_t count = ib::FragmentCount(len);
+    while (next_fragment_ < count) {
+      if (slots_in_use_ == sizes_.send_slots) return;  // resumes on a send completion
+      const uint32_t off = next_fragment_ * ib::kFragmentSize;
+      const uint32_t n = std::min(ib::kFragmentSize, len - std::min(off, len));
+      const bool last = next_fragment_ + 1 == count;
+      if (!PostFragment(header_, len ? m->payload.data() + off : nullptr, n, last)) return;
+      if (last) posted_.back().done = m;
+      ++next_fragment_;
+    }
+    queue_.pop_front();
+    next_fragment_ = 0;
+  }
+  if (close_after_flush_ && queue_.empty() && posted_.empty()) Close();
+}
+
+bool VerbsLink::PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len,
+                             bool last) {
+  const int slot = next_slot_;
+  uint8_t* p = &tx_[size_t(slot) * ib::kReceiveBufferSize];
+  std::memcpy(p, header, wire::kHeaderSize);
+  if (len > 0) std::memcpy(p + wire::kHeaderSize, data, len);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(wire::kHeaderSize + len),
+              tx_mr_->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  // Signalled: a message's last fragment (its completion makes it sent), every
+  // 17th, and the one that fills the ring (else nothing would free it).
+  const bool signal =
+      last || ++unsignaled_ >= kSignalEvery || slots_in_use_ + 1 == sizes_.send_slots;
+  if (signal) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  if (last) wr.send_flags |= IBV_SEND_SOLICITED;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
+    Fail(absl::UnavailableError(absl::StrCat("ibv_post_send: ", strerror(errno))));
+    return false;
+  }
+  posted_.push_back({slot, nullptr});
+  next_slot_ = (slot + 1) % sizes_.send_slots;
+  ++slots_in_use_;
+  return true;
+}
+
+void VerbsLink::PostAckFrame() {
+  uint8_t* p = &tx_[size_t(sizes_.send_slots) * ib::kReceiveBufferSize];
+  ib::EncodeAckOnly(acks_.PostAckFrame(), p);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(wire::kHeaderSize),
+              tx_mr_->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = kAckWrId;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
+    Fail(absl::UnavailableError(absl::StrCat("ibv_post_send (ack): ", strerror(errno))));
+    return;
+  }
+  ack_frame_busy_ = true;
+}
+
+void VerbsLink::OnCompletionChannel() {
+  if (closed_) return;
+  auto keep = shared_from_this();
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  while (api_.ibv.get_cq_event(channel_, &cq, &ctx) == 0) {
+    if (++unacked_cq_events_ >= kCqEventAckBatch) {
+      api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
+      unacked_cq_events_ = 0;
+    }
+  }
+  // Re-armed before polling: a completion that lands after the last poll
+  // raises a new event.
+  if (ibv_req_notify_cq(cq_, 0) != 0) {
+    Fail(absl::InternalError("cannot re-arm the CQ"));
+    return;
+  }
+  PollCompletions();
+}
+
+void VerbsLink::PollCompletions() {
+  ibv_wc wc[32];
+  for (;;) {
+    if (closed_) return;
+    const int n = ibv_poll_cq(cq_, 32, wc);
+    if (n < 0) {
+      Fail(absl::InternalError("ibv_poll_cq failed"));
+      return;
+    }
+    if (n == 0) break;
+    for (int k = 0; k < n && !closed_; ++k) {
+      if (wc[k].status != IBV_WC_SUCCESS) {
+        Fail(absl::UnavailableError(
+            absl::StrCat("completion error: ", api_.ibv.wc_status_str(wc[k].status))));
+        return;
+      }
+      if (wc[k].opcode & IBV_WC_RECV) {
+        OnReceive(wc[k]);
+      } else {
+        OnSendCompleted(wc[k].wr_id);
+      }
+    }
+  }
+  if (established_ && !ack_frame_busy_ && acks_.AckFrameDue()) PostAckFrame();
+  if (!queue_.empty()) Flush();
+}
+
+void VerbsLink::OnReceive(const ibv_wc& wc) {
+  const int slot = static_cast<int>(wc.wr_id);
+  --posted_receives_;
+  absl::StatusOr<ib::FragmentAssembler::Result> r =
+      assembler_.Feed({&rx_[size_t(slot) * ib::kReceiveBufferSize], wc.byte_len});
+  PostRecv(slot);  // the assembler copied what it keeps
+  if (!r.ok()) {
+    Fail(r.status());
+    return;
+  }
+  if (std::optional<uint64_t> acked = acks_.OnPeerAck(r->ack);
+      acked && report_acks_ && cb_.on_transport_acked) {
+    cb_.on_transport_acked(*acked);
+  }
+  if (!r->header) return;
+  if (!wire::IsCongMap(*r->header)) {
+    acks_.OnMessageReceived(r->header->sequence,
+                            (r->header->flags & wire::kFlagAckRequired) != 0);
+  }
+  if (cb_.on_message) cb_.on_message(std::move(*r->header), std::move(r->payload));
+}
+
+void VerbsLink::OnSendCompleted(uint64_t wr_id) {
+  if (wr_id == kAckWrId) {
+    ack_frame_busy_ = false;
+    acks_.OnAckFrameSent();
+    return;
+  }
+  while (!posted_.empty()) {
+    Posted p = std::move(posted_.front());
+    posted_.pop_front();
+    --slots_in_use_;
+    if (p.done && cb_.on_sent) cb_.on_sent(p.done);
+    if (p.slot == static_cast<int>(wr_id)) break;
+  }
+}
+
+void VerbsLink::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (established_) api_.cm.disconnect(id_);
+  Release();
+  queue_.clear();
+  posted_.clear();
+}
+
+void VerbsLink::CloseAfterFlush() {
+  close_after_flush_ = true;
+  if (queue_.empty() && posted_.empty()) Close();
+}
+
+void VerbsLink::Fail(const absl::Status& why) {
+  if (closed_) return;
+  log::Debug("link %s closed: %s", description_, why.ToString());
+  Close();
+  auto keep = shared_from_this();
+  loop_.Post([keep, why] {
+    if (keep->cb_.on_closed) keep->cb_.on_closed(why);
+  });
+}
+
+}  // namespace rds::verbs

@@ -1,0 +1,131 @@
+// transports/verbs/verbs_link.h — a Link over one RC queue pair, speaking kernel
+// rds_rdma's wire (ib_wire.h) with its acknowledgements (ib_ack.h).
+//
+// The link owns the queue pair it creates on an RDMA CM id, its completion queue
+// and channel (in the engine's event loop), and two areas registered once: a
+// ring of receive buffers (a header and a 4 KiB fragment each), posted before
+// the connection is made, and a ring of send slots into which each fragment
+// (its message's header, then up to 4 KiB of payload) is copied. The transport
+// makes the CM calls (connect, accept, events) and tells the link when the
+// connection is established or gone.
+//
+// Sending: one message at a time is cut into fragments, each a SEND; the last
+// one is SOLICITED (a kernel arms its receive CQ for solicited completions
+// only) and signalled, others every 17th; a message is sent (on_sent) when its
+// last SEND completed. Every header carries our acknowledgement (h_ack) and,
+// by ib::AckState, ACK_REQUIRED; an ack-only frame answers the peer's
+// ACK_REQUIRED (one in flight at most). Receiving: completions are reassembled
+// (FragmentAssembler: a protocol error drops the link), each header's h_ack
+// is reported through on_transport_acked when ReportTransportAcks was called.
+//
+// Thread-safety: with the engine's event-loop run lock held.
+#ifndef RDS_TRANSPORTS_VERBS_VERBS_LINK_H_
+#define RDS_TRANSPORTS_VERBS_VERBS_LINK_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/event_loop.h"
+#include "transports/transport.h"
+#include "transports/verbs/ib_ack.h"
+#include "transports/verbs/ib_wire.h"
+#include "transports/verbs/verbs_api.h"
+
+namespace rds::verbs {
+
+class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
+ public:
+  struct Sizes {
+    int recv_slots = 256;  // posted receives (the kernel sends up to 256 unacknowledged)
+    int send_slots = 64;   // fragments in flight
+  };
+  // Creates the queue pair on `id` (address and route resolved, or a
+  // connection request), registers the rings and posts the receives. The
+  // link does not own `id`; the transport destroys it after Close().
+  static absl::StatusOr<std::shared_ptr<VerbsLink>> Create(const VerbsApi& api, EventLoop& loop,
+                                                           rdma_cm_id* id, Sizes sizes,
+                                                           std::string description);
+  ~VerbsLink() override;
+
+  // The transport's calls: the CM says the connection is up, or gone.
+  void OnEstablished();
+  void OnDisconnected(const absl::Status& why);
+
+  void SetCallbacks(Callbacks callbacks) override { cb_ = std::move(callbacks); }
+  void Send(MessagePtr m) override;
+  void Close() override;
+  void CloseAfterFlush() override;
+  std::string Describe() const override { return description_; }
+  bool ReportTransportAcks() override {
+    report_acks_ = true;
+    return true;
+  }
+
+  uint32_t qp_num() const;
+  int posted_receives() const { return posted_receives_; }
+
+ private:
+  VerbsLink(const VerbsApi& api, EventLoop& loop, rdma_cm_id* id, Sizes sizes,
+            std::string description);
+  absl::Status Init();
+  void Release();  // the verbs resources, in order
+  void PostRecv(int slot);
+  void OnCompletionChannel();
+  void PollCompletions();
+  void OnReceive(const ibv_wc& wc);
+  void OnSendCompleted(uint64_t wr_id);
+  void ScheduleFlush();
+  void Flush();
+  bool PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len, bool last);
+  void PostAckFrame();
+  void Fail(const absl::Status& why);
+
+  const VerbsApi& api_;
+  EventLoop& loop_;
+  rdma_cm_id* id_;
+  const Sizes sizes_;
+  const std::string description_;
+  Callbacks cb_;
+
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  bool qp_created_ = false;
+  bool watching_ = false;  // the completion channel is in the event loop
+  std::vector<uint8_t> rx_, tx_;
+  ibv_mr* rx_mr_ = nullptr;
+  ibv_mr* tx_mr_ = nullptr;
+  int posted_receives_ = 0;
+  unsigned unacked_cq_events_ = 0;
+
+  // Send ring: slots are used and freed in order; a signalled completion
+  // frees its slot and every earlier one.
+  int next_slot_ = 0;
+  int slots_in_use_ = 0;
+  int unsignaled_ = 0;
+  struct Posted {
+    int slot;
+    MessagePtr done;  // set on a message's last fragment
+  };
+  std::deque<Posted> posted_;
+  bool ack_frame_busy_ = false;
+
+  std::deque<MessagePtr> queue_;
+  uint32_t next_fragment_ = 0;  // of queue_.front()
+  uint8_t header_[wire::kHeaderSize];
+  bool flush_scheduled_ = false;
+
+  ib::FragmentAssembler assembler_;
+  ib::AckState acks_;
+  bool report_acks_ = false;
+  bool established_ = false;
+  bool closed_ = false;
+  bool close_after_flush_ = false;
+};
+
+}  // namespace rds::verbs
+
+#endif  // RDS_TRANSPORTS_VERBS_VERBS_LINK_H_
