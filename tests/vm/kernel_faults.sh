@@ -25,11 +25,12 @@ peer_port=$([ "$ROLE" = kernel ] && echo 5001 || echo 4001)
 vm_barrier reconnect
 # Idle limits sized for the emulated guests: the first message may wait for the
 # two sides to meet (a node whose application sends all the time frees its path
-# only between pokes, kernel-rds.md §C.7), a reconnect for a few seconds more.
+# only between pokes, kernel-rds.md §C.7); after a silence of up to 8 s the
+# node's TCP may wait as long again before it retransmits, then the reconnect.
 # Both streams go on past COUNT until the shim's guest has destroyed the connections three
 # times (/vmshare/resets-done): each destroy comes while the node is sending.
-RDS_ECHO_UNTIL=/vmshare/resets-done $RUN timeout 240 $ECHO duplex "$ME" "$port" "$PEER" \
-  "$peer_port" "$COUNT" 30 60 >/tmp/duplex.out 2>&1 &
+RDS_ECHO_UNTIL=/vmshare/resets-done $RUN timeout 300 $ECHO duplex "$ME" "$port" "$PEER" \
+  "$peer_port" "$COUNT" 60 60 >/tmp/duplex.out 2>&1 &
 duplex=$!
 if [ "$ROLE" = shim ]; then
   modprobe inet_diag 2>/dev/null; modprobe tcp_diag 2>/dev/null
@@ -37,7 +38,10 @@ if [ "$ROLE" = shim ]; then
   # are delivered, but it hears no acknowledgement), then the connection is destroyed: the
   # node retransmits, after the reconnect, messages the shim already delivered.
   node_next_rx() {  # the next sequence number the shim expects on the node's path
-    $RUN "$BUILD/tools/rdsctl" 2>/dev/null | awk '$6 == "kernel" && $7 == "up" { print $9; exit }'
+    # At most 2 s: on a loaded guest rdsctl can take far longer, and the silence around it
+    # would stall both streams past the receivers' idle limit (seen: 30 s without a message).
+    timeout 2 $RUN "$BUILD/tools/rdsctl" 2>/dev/null |
+      awk '$6 == "kernel" && $7 == "up" { print $9; exit }'
   }
   wait_for /tmp/duplex.out "progress 1000" 60
   for i in 1 2 3; do

@@ -23,7 +23,7 @@ COUNT = 20000
 
 
 def main():
-    out = run_guests(os.path.join(HERE, "kernel_faults.sh"), "vm1", 400)
+    out = run_guests(os.path.join(HERE, "kernel_faults.sh"), "vm1", 500)
     results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
     checks = Checks("kernel faults")
     check = checks.check
