@@ -69,8 +69,10 @@ struct TestSocket {
     EXPECT_TRUE(bound.ok()) << bound;
   }
   ~TestSocket() {
-    Release(*rs);
+    // As the preload layer's close(): the descriptor first, then the RDS
+    // close (a socket whose backing descriptor lives elsewhere is parked).
     close(fd);
+    Release(*rs);
   }
 
   absl::StatusOr<size_t> SendTo(const char* addr, uint16_t port, const std::string& data) {
