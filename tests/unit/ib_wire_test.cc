@@ -64,6 +64,17 @@ TEST(HeaderChecksum, MatchesTheKernelsWorkedExamples) {
   }
 }
 
+TEST(HeaderChecksum, AcceptsWhatTheKernelAcceptsWhereTheSumIsAllOnes) {
+  // The other words sum to 0xffff: the checksum computes to 0 ("none"), and a
+  // stored 0xffff verifies too, as the kernel's whole-header sum says.
+  uint8_t h[wire::kHeaderSize] = {0xff, 0xff};
+  EXPECT_EQ(wire::HeaderChecksum(h), 0u);
+  h[30] = h[31] = 0xff;
+  EXPECT_TRUE(wire::HeaderChecksumValid(h));
+  h[31] = 0xfe;
+  EXPECT_FALSE(wire::HeaderChecksumValid(h));
+}
+
 TEST(PrivateData, Ipv4LayoutIsTheKernels32Bytes) {
   ConnectPrivate p;
   p.saddr = V4("10.77.0.1");

@@ -2,7 +2,9 @@
 """An AF_RDS echo pair for kernel-interop runs in ../shared/vm guests: the same program on a kernel
 node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be either.
 
-  rds_echo.py server ADDR PORT COUNT        echoes COUNT messages back to their senders, then exits
+  rds_echo.py server ADDR PORT COUNT [LINGER]
+                                            echoes COUNT messages back to their senders, then exits
+                                            (after LINGER seconds with the socket open: 0)
   rds_echo.py client ADDR PORT PEER PPORT SIZES ROUNDS
                                             sends each size ROUNDS times (content numbered), checks
                                             each echo's content and order; prints "ok N" or fails
@@ -77,13 +79,16 @@ def payload(i, size):
     return (head * (size // len(head) + 1))[:size]
 
 
-def server(addr, port, count):
+def server(addr, port, count, linger="0"):
     s = rds_socket(addr, int(port))
     print("ready", flush=True)
     for _ in range(int(count)):
         data, peer = s.recvfrom(1 << 20)
         s.sendto(data, peer)
     print("served", count, flush=True)
+    # A kernel socket's close drops its messages not yet on the wire (rds_send_drop_to): a
+    # server whose last echoes are still queued behind a slow receiver keeps the socket open.
+    time.sleep(float(linger))
 
 
 def client(addr, port, peer, pport, sizes, rounds):

@@ -25,8 +25,10 @@
 namespace rds::ib {
 
 // RDMA CM ports the kernel listens on (rds-ib.md §1.2).
-inline constexpr uint16_t kCmPortV4 = 18634;  // RDS_CM_PORT
-inline constexpr uint16_t kCmPortV6 = 16385;  // RDS_PORT, for IPv6 (and v4 too since 5.x)
+inline constexpr uint16_t kCmPortV4 = 18634;  // RDS_PORT (rds.h): IPv4, the 32-byte layout
+// RDS_CM_PORT (rdma_transport.h): IPv6, the 56-byte layout. Its wildcard listener also takes
+// IPv4 requests, but reads them with the IPv6 layout: IPv4 must go to 18634.
+inline constexpr uint16_t kCmPortV6 = 16385;
 
 // Payload bytes per fragment: every fragment but a message's last carries
 // exactly this many (the receiver advances by it, never by byte_len).
