@@ -23,13 +23,15 @@ from vmlib import HERE, Checks, run_guests
 
 
 def main():
-    out = run_guests(os.path.join(HERE, "ib_wire.sh"), "vm1", 200)
+    out = run_guests(os.path.join(HERE, "ib_wire.sh"), "vm1", 420)
     results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
     checks = Checks("ib wire")
     check = checks.check
     check("setup" not in results, f"soft-RoCE and rds_rdma came up: {results.get('setup', 'ok')}")
     check(results.get("ping", "").strip() == "ok",
           "20 pings through the RDMA CM connection, each answered by the kernel's pong")
+    check(results.get("ping-acked", "").strip() == "20",
+          f"the node acknowledged (h_ack) through our last ping: {results.get('ping-acked')}")
     check(results.get("map", "").strip() == "ok",
           "the kernel's congestion map arrived in two fragments and reassembled")
     check(results.get("version", "").strip() == "3.1",
@@ -44,6 +46,16 @@ def main():
           "node, which acknowledged the last (h_ack)")
     check(results.get("ping6", "").strip() == "ok",
           "over IPv6 (port 16385, 56-byte private data) pings are answered too")
+    check(results.get("transport-connect", "").strip() == "ok",
+          "the verbs transport connected to the node (address, route, REQ with private data) "
+          "and 60 messages of 0 B to 64 KiB were echoed in order and acknowledged")
+    check(results.get("transport-accept", "").strip() == "ok",
+          "the verbs transport served the kernel's listeners; the node connected and its "
+          "client's messages of 0 B to 64 KiB were echoed back in order")
+    check(results.get("shim-shim", "").strip() == "ok",
+          "shim to shim over the verbs transport (IPv4): 60 messages echoed and acknowledged")
+    check(results.get("shim-shim6", "").strip() == "ok",
+          "shim to shim over the verbs transport (IPv6): 30 messages echoed and acknowledged")
     checks.done()
 
 

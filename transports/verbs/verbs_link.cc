@@ -24,12 +24,17 @@ VerbsLink::VerbsLink(const VerbsApi& api, EventLoop& loop, rdma_cm_id* id, Sizes
                      std::string description)
     : api_(api), loop_(loop), id_(id), sizes_(sizes), description_(std::move(description)) {}
 
+std::shared_ptr<VerbsLink> VerbsLink::Make(const VerbsApi& api, EventLoop& loop, rdma_cm_id* id,
+                                           Sizes sizes, std::string description) {
+  return std::shared_ptr<VerbsLink>(new VerbsLink(api, loop, id, sizes, std::move(description)));
+}
+
 absl::StatusOr<std::shared_ptr<VerbsLink>> VerbsLink::Create(const VerbsApi& api,
                                                              EventLoop& loop, rdma_cm_id* id,
                                                              Sizes sizes,
                                                              std::string description) {
-  std::shared_ptr<VerbsLink> link(new VerbsLink(api, loop, id, sizes, std::move(description)));
-  if (absl::Status s = link->Init(); !s.ok()) {
+  std::shared_ptr<VerbsLink> link = Make(api, loop, id, sizes, std::move(description));
+  if (absl::Status s = link->Attach(); !s.ok()) {
     link->Release();
     return s;
   }
@@ -38,7 +43,9 @@ absl::StatusOr<std::shared_ptr<VerbsLink>> VerbsLink::Create(const VerbsApi& api
 
 VerbsLink::~VerbsLink() { Release(); }
 
-absl::Status VerbsLink::Init() {
+absl::Status VerbsLink::Attach() {
+  if (closed_) return absl::FailedPreconditionError("the link is closed");
+  if (pd_ != nullptr) return absl::FailedPreconditionError("the link is attached already");
   if (id_ == nullptr || id_->verbs == nullptr) {
     return absl::FailedPreconditionError("the RDMA CM id has no device (address not resolved)");
   }
@@ -99,6 +106,10 @@ void VerbsLink::Release() {
   channel_ = nullptr;
   if (pd_ != nullptr) api_.ibv.dealloc_pd(pd_);
   pd_ = nullptr;
+  // No event of the id may be unacknowledged here (rdma_destroy_id waits for
+  // them): the transport acknowledges each before acting on it.
+  if (id_ != nullptr) api_.cm.destroy_id(id_);
+  id_ = nullptr;
 }
 
 uint32_t VerbsLink::qp_num() const { return id_ && id_->qp ? id_->qp->qp_num : 0; }
@@ -121,7 +132,7 @@ void VerbsLink::OnEstablished() {
   if (closed_) return;
   established_ = true;
   auto keep = shared_from_this();
-  if (cb_.on_connected) cb_.on_connected();
+  if (outgoing_ && cb_.on_connected) cb_.on_connected();
   ScheduleFlush();
 }
 
@@ -147,7 +158,7 @@ void VerbsLink::Flush() {
   while (established_ && !closed_ && !queue_.empty()) {
     const MessagePtr m = queue_.front();
     const uint32_t len = m->header.len;
-    if (next_fragment_ == 0) {
+    if (next_fragment_ == 0 && !header_ready_) {
       if (m->cancelled.load()) {  // nothing of it written yet: skipped
         queue_.pop_front();
         continue;
@@ -165,6 +176,7 @@ void VerbsLink::Flush() {
       h.csum = 0;
       wire::Encode(h, header_);
       wire::SetHeaderChecksum(header_);
+      header_ready_ = true;  // once per message, even if the ring is full now
     }
     const uint32_t count = ib::FragmentCount(len);
     while (next_fragment_ < count) {
@@ -178,6 +190,7 @@ void VerbsLink::Flush() {
     }
     queue_.pop_front();
     next_fragment_ = 0;
+    header_ready_ = false;
   }
   if (close_after_flush_ && queue_.empty() && posted_.empty()) Close();
 }
@@ -323,6 +336,7 @@ void VerbsLink::Close() {
   Release();
   queue_.clear();
   posted_.clear();
+  header_ready_ = false;
 }
 
 void VerbsLink::CloseAfterFlush() {

@@ -24,6 +24,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,17 +43,38 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
     int recv_slots = 256;  // posted receives (the kernel sends up to 256 unacknowledged)
     int send_slots = 64;   // fragments in flight
   };
-  // Creates the queue pair on `id` (address and route resolved, or a
-  // connection request), registers the rings and posts the receives. The
-  // link does not own `id`; the transport destroys it after Close().
+  // A link on `id` (an outgoing id still resolving its address and route),
+  // holding no verbs resources yet: messages queue until Attach and
+  // OnEstablished. The link owns `id` and destroys it when it closes.
+  static std::shared_ptr<VerbsLink> Make(const VerbsApi& api, EventLoop& loop, rdma_cm_id* id,
+                                         Sizes sizes, std::string description);
+  // Make and Attach at once (an id with its device known: a connection
+  // request, or route resolved).
   static absl::StatusOr<std::shared_ptr<VerbsLink>> Create(const VerbsApi& api, EventLoop& loop,
                                                            rdma_cm_id* id, Sizes sizes,
                                                            std::string description);
   ~VerbsLink() override;
 
-  // The transport's calls: the CM says the connection is up, or gone.
+  // The transport's calls. Attach: the id has its device (route resolved, or
+  // a connection request): creates the queue pair, registers the rings and
+  // posts the receives; on error the link is unusable (Fail it). Then the CM
+  // says the connection is up, or gone.
+  absl::Status Attach();
   void OnEstablished();
   void OnDisconnected(const absl::Status& why);
+  // Fails the link: on_closed(why) follows from the event loop.
+  void Fail(const absl::Status& why);
+  bool closed() const { return closed_; }
+  bool established() const { return established_; }
+  rdma_cm_id* cm_id() const { return id_; }
+  // An outgoing connection: OnEstablished reports on_connected (an accepted
+  // one has nothing to report: its peer speaks first).
+  void mark_outgoing() { outgoing_ = true; }
+  bool outgoing() const { return outgoing_; }
+  // The RDS addresses of the connection (the private data's), for RDS_INFO
+  // and rdsctl; set by the transport.
+  void set_endpoints(const Endpoints& e) { endpoints_ = e; }
+  std::optional<Endpoints> endpoints() const override { return endpoints_; }
 
   void SetCallbacks(Callbacks callbacks) override { cb_ = std::move(callbacks); }
   void Send(MessagePtr m) override;
@@ -70,8 +92,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
  private:
   VerbsLink(const VerbsApi& api, EventLoop& loop, rdma_cm_id* id, Sizes sizes,
             std::string description);
-  absl::Status Init();
-  void Release();  // the verbs resources, in order
+  void Release();  // the verbs resources, in order, and the id
   void PostRecv(int slot);
   void OnCompletionChannel();
   void PollCompletions();
@@ -81,7 +102,6 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   void Flush();
   bool PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len, bool last);
   void PostAckFrame();
-  void Fail(const absl::Status& why);
 
   const VerbsApi& api_;
   EventLoop& loop_;
@@ -89,6 +109,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   const Sizes sizes_;
   const std::string description_;
   Callbacks cb_;
+  std::optional<Endpoints> endpoints_;
 
   ibv_pd* pd_ = nullptr;
   ibv_comp_channel* channel_ = nullptr;
@@ -115,12 +136,14 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
 
   std::deque<MessagePtr> queue_;
   uint32_t next_fragment_ = 0;  // of queue_.front()
-  uint8_t header_[wire::kHeaderSize];
+  uint8_t header_[wire::kHeaderSize];  // queue_.front()'s, once header_ready_
+  bool header_ready_ = false;
   bool flush_scheduled_ = false;
 
   ib::FragmentAssembler assembler_;
   ib::AckState acks_;
   bool report_acks_ = false;
+  bool outgoing_ = false;
   bool established_ = false;
   bool closed_ = false;
   bool close_after_flush_ = false;

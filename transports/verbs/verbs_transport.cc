@@ -1,0 +1,489 @@
+// transports/verbs/verbs_transport.cc — see verbs_transport.h.
+#include "transports/verbs/verbs_transport.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/log.h"
+#include "engine/sync.h"
+#include "engine/sys.h"
+#include "transports/verbs/ib_wire.h"
+#include "transports/verbs/verbs_api.h"
+
+namespace rds::verbs {
+namespace {
+
+// The kernel's resolve timeouts (RDS_RDMA_RESOLVE_TIMEOUT_MS).
+constexpr int kResolveTimeoutMs = 5000;
+constexpr int kListenBacklog = 128;
+// IB CM reject reasons (ib_cm.h) the active side tells apart.
+constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
+constexpr int kRejectConsumerDefined = 28;  // the peer's own reject, with its value
+
+bool HasRdmaDevice() {
+  DIR* d = opendir("/sys/class/infiniband");
+  if (d == nullptr) return false;
+  bool any = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') {
+      any = true;
+      break;
+    }
+  }
+  closedir(d);
+  return any;
+}
+
+// The API, or why not; decided once per process.
+absl::StatusOr<const VerbsApi*> Usable() {
+  static const absl::StatusOr<const VerbsApi*>* result = [] {
+    absl::StatusOr<const VerbsApi*> r;
+    if (!HasRdmaDevice()) {
+      r = absl::FailedPreconditionError("no RDMA device on this host (/sys/class/infiniband)");
+    } else if (absl::StatusOr<const VerbsApi*> api = LoadVerbs(); !api.ok()) {
+      r = absl::FailedPreconditionError(api.status().message());
+    } else if (DeviceNames(**api).empty()) {
+      r = absl::FailedPreconditionError("rdma-core finds no RDMA device");
+    } else {
+      r = *api;
+    }
+    if (!r.ok()) log::Info("RDS over RDMA (verbs) unavailable: %s", r.status().message());
+    return new absl::StatusOr<const VerbsApi*>(std::move(r));
+  }();
+  return *result;
+}
+
+sockaddr_storage CmAddress(const RdsAddr& a, uint16_t port) {
+  sockaddr_storage ss{};
+  if (a.IsV4Mapped()) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_addr = a.V4();
+    sin->sin_port = htons(port);
+  } else {
+    ToSockaddr(a, port, &ss);
+  }
+  return ss;
+}
+
+uint16_t PortOf(const sockaddr& sa) {
+  if (sa.sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(sa).sin_port);
+  if (sa.sa_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(sa).sin6_port);
+  return 0;
+}
+
+struct AddressPair {
+  RdsAddr laddr, faddr;
+  friend bool operator==(const AddressPair&, const AddressPair&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const AddressPair& p) {
+    return H::combine(std::move(h), p.laddr, p.faddr);
+  }
+};
+
+// What one CM event says, copied before it is acknowledged (an id's events
+// must all be acknowledged before it can be destroyed).
+struct CmEvent {
+  rdma_cm_event_type type;
+  rdma_cm_id* id;
+  rdma_cm_id* listen_id;
+  int status;
+  std::vector<uint8_t> private_data;
+  uint8_t responder_resources = 0, initiator_depth = 0;
+};
+
+class VerbsTransport final : public Transport {
+ public:
+  VerbsTransport(const TransportContext& ctx, VerbsLink::Sizes sizes) : ctx_(ctx), sizes_(sizes) {}
+  ~VerbsTransport() override { Shutdown(); }
+
+  const char* name() const override { return "verbs"; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.message_oriented = true;
+    c.rdma = true;
+    return c;
+  }
+
+  absl::Status Serve(const std::shared_ptr<NetNs>& ns) override {
+    {
+      rds::MutexLock lock(&mu_);
+      if (!serving_.insert(ns->key()).second) return absl::OkStatus();  // one attempt each
+    }
+    absl::StatusOr<const VerbsApi*> api = Usable();
+    if (!api.ok()) return absl::OkStatus();  // said once; TCP serves
+    // Listening is the engine thread's (the ids live on its event channel).
+    ctx_.loop->Post([this, ns] {
+      if (!EnsureChannel().ok()) return;
+      for (const bool v6 : {false, true}) {
+        absl::StatusOr<rdma_cm_id*> l = Listen(ns, v6);
+        if (!l.ok()) {
+          // A kernel rds_rdma or another engine of the host may hold the port.
+          log::Info("RDS over RDMA: not listening on %s port %d: %s", v6 ? "IPv6" : "IPv4",
+                    v6 ? ib::kCmPortV6 : ib::kCmPortV4, l.status().message());
+          continue;
+        }
+        listeners_[*l] = Listener{ns, v6};
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<Link>> Connect(const LinkTarget& to,
+                                                const std::string& what) override {
+    absl::StatusOr<const VerbsApi*> usable = Usable();
+    if (!usable.ok()) return usable.status();
+    api_ = *usable;
+    if (absl::Status s = EnsureChannel(); !s.ok()) return s;
+    if (to.laddr.IsV4Mapped() != to.faddr.IsV4Mapped()) {
+      return absl::InvalidArgumentError("the addresses of a path are of one family");
+    }
+    const bool v6 = !to.faddr.IsV4Mapped();
+    rdma_cm_id* id = nullptr;
+    absl::Status s = to.ns->RunIn([&]() -> absl::Status {
+      if (api_->cm.create_id(channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
+        return absl::ResourceExhaustedError(absl::StrCat("rdma_create_id: ", strerror(errno)));
+      }
+      sockaddr_storage src = CmAddress(to.laddr, 0);
+      sockaddr_storage dst = CmAddress(to.faddr, v6 ? ib::kCmPortV6 : ib::kCmPortV4);
+      if (api_->cm.resolve_addr(id, reinterpret_cast<sockaddr*>(&src),
+                                reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs) != 0) {
+        return absl::UnavailableError(absl::StrCat("rdma_resolve_addr: ", strerror(errno)));
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) {
+      if (id != nullptr) api_->cm.destroy_id(id);
+      return s;
+    }
+    std::shared_ptr<VerbsLink> link = VerbsLink::Make(*api_, *ctx_.loop, id, sizes_,
+                                                      "verbs " + what);
+    link->mark_outgoing();
+    link->set_endpoints(Link::Endpoints{{to.laddr, 0}, {to.faddr, v6 ? ib::kCmPortV6
+                                                                        : ib::kCmPortV4}});
+    Track(id, link, AddressPair{to.laddr, to.faddr}, v6);
+    return std::shared_ptr<Link>(link);
+  }
+
+  void WithdrawAtExit() override {
+    for (auto& [id, l] : listeners_) api_->cm.destroy_id(id);
+    listeners_.clear();
+  }
+
+ private:
+  struct Listener {
+    std::shared_ptr<NetNs> ns;
+    bool v6;
+  };
+  struct Tracked {
+    std::weak_ptr<VerbsLink> link;
+    AddressPair pair;
+    bool v6;
+  };
+
+  absl::Status EnsureChannel() {
+    if (channel_ != nullptr) return absl::OkStatus();
+    absl::StatusOr<const VerbsApi*> usable = Usable();
+    if (!usable.ok()) return usable.status();
+    api_ = *usable;
+    channel_ = api_->cm.create_event_channel();
+    if (channel_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rdma_create_event_channel: ", strerror(errno)));
+    }
+    const int flags = sys::Fcntl(channel_->fd, F_GETFL, 0);
+    if (flags < 0 || sys::Fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      return absl::InternalError("cannot make the RDMA CM channel non-blocking");
+    }
+    ctx_.loop->Add(channel_->fd, EPOLLIN, [this](uint32_t) { OnCmEvents(); });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<rdma_cm_id*> Listen(const std::shared_ptr<NetNs>& ns, bool v6) {
+    rdma_cm_id* id = nullptr;
+    absl::Status s = ns->RunIn([&]() -> absl::Status {
+      if (api_->cm.create_id(channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
+        return absl::ResourceExhaustedError(absl::StrCat("rdma_create_id: ", strerror(errno)));
+      }
+      sockaddr_storage any =
+          CmAddress(v6 ? RdsAddr{} : RdsAddr::FromV4(in_addr{htonl(INADDR_ANY)}),
+                    v6 ? ib::kCmPortV6 : ib::kCmPortV4);
+      if (api_->cm.bind_addr(id, reinterpret_cast<sockaddr*>(&any)) != 0 ||
+          api_->cm.listen(id, kListenBacklog) != 0) {
+        return absl::UnavailableError(strerror(errno));
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) {
+      if (id != nullptr) api_->cm.destroy_id(id);
+      return s;
+    }
+    return id;
+  }
+
+  void Track(rdma_cm_id* id, const std::shared_ptr<VerbsLink>& link, const AddressPair& pair,
+             bool v6) {
+    // Ids of closed links are gone (the link destroyed its id; no event of it
+    // can come): forget them, and reuse of an id's address by a new id.
+    absl::erase_if(ids_, [](const auto& kv) {
+      std::shared_ptr<VerbsLink> l = kv.second.link.lock();
+      return !l || l->closed();
+    });
+    ids_[id] = Tracked{link, pair, v6};
+    pairs_[pair] = link;
+  }
+
+  // The live link of an address pair (connecting or up), or null.
+  std::shared_ptr<VerbsLink> LinkOf(const AddressPair& pair) {
+    auto it = pairs_.find(pair);
+    if (it == pairs_.end()) return nullptr;
+    std::shared_ptr<VerbsLink> l = it->second.lock();
+    if (!l || l->closed()) {
+      pairs_.erase(it);
+      return nullptr;
+    }
+    return l;
+  }
+
+  std::shared_ptr<VerbsLink> LinkOf(rdma_cm_id* id, Tracked** tracked = nullptr) {
+    auto it = ids_.find(id);
+    if (it == ids_.end()) return nullptr;
+    if (tracked != nullptr) *tracked = &it->second;
+    std::shared_ptr<VerbsLink> l = it->second.link.lock();
+    return l && !l->closed() ? l : nullptr;
+  }
+
+  void OnCmEvents() {
+    for (;;) {
+      rdma_cm_event* ev = nullptr;
+      if (api_->cm.get_cm_event(channel_, &ev) != 0) return;  // EAGAIN: drained
+      CmEvent e{ev->event, ev->id, ev->listen_id, ev->status, {}};
+      const rdma_conn_param& cp = ev->param.conn;
+      if (cp.private_data != nullptr && cp.private_data_len > 0) {
+        const auto* p = static_cast<const uint8_t*>(cp.private_data);
+        e.private_data.assign(p, p + cp.private_data_len);
+      }
+      e.responder_resources = cp.responder_resources;
+      e.initiator_depth = cp.initiator_depth;
+      api_->cm.ack_cm_event(ev);
+      Dispatch(e);
+    }
+  }
+
+  void Dispatch(const CmEvent& e) {
+    if (e.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      OnConnectRequest(e);
+      return;
+    }
+    Tracked* tracked = nullptr;
+    std::shared_ptr<VerbsLink> link = LinkOf(e.id, &tracked);
+    if (!link) {
+      log::Debug("RDMA CM: %s for no live connection", api_->cm.event_str(e.type));
+      return;
+    }
+    switch (e.type) {
+      case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (api_->cm.resolve_route(e.id, kResolveTimeoutMs) != 0) {
+          link->Fail(absl::UnavailableError(absl::StrCat("rdma_resolve_route: ", strerror(errno))));
+        }
+        return;
+      case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        ConnectResolved(*link, tracked->pair, tracked->v6);
+        return;
+      case RDMA_CM_EVENT_ESTABLISHED:
+        if (link->outgoing() && !e.private_data.empty()) {
+          // The passive side's answer: below 3.1 the kernel drops the connection.
+          absl::StatusOr<ib::ConnectPrivate> rep = ib::DecodePrivate(e.private_data, tracked->v6);
+          if (rep.ok() && (rep->version >> 8) != 0 && rep->version < ib::kProtocol3_1) {
+            link->Fail(absl::UnavailableError(
+                absl::StrFormat("the peer answered protocol %d.%d", rep->version >> 8,
+                                rep->version & 0xff)));
+            return;
+          }
+        }
+        link->OnEstablished();
+        return;
+      case RDMA_CM_EVENT_REJECTED:
+        link->Fail(RejectStatus(e));
+        return;
+      case RDMA_CM_EVENT_ADDR_ERROR:
+      case RDMA_CM_EVENT_ROUTE_ERROR:
+      case RDMA_CM_EVENT_CONNECT_ERROR:
+      case RDMA_CM_EVENT_UNREACHABLE:
+        link->Fail(absl::UnavailableError(
+            absl::StrFormat("%s (status %d)", api_->cm.event_str(e.type), e.status)));
+        return;
+      case RDMA_CM_EVENT_DISCONNECTED:
+      case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      case RDMA_CM_EVENT_ADDR_CHANGE:
+        link->OnDisconnected(absl::UnavailableError(api_->cm.event_str(e.type)));
+        return;
+      default:  // TIMEWAIT_EXIT and the like: nothing to do
+        return;
+    }
+  }
+
+  absl::Status RejectStatus(const CmEvent& e) {
+    if (e.status == kRejectInvalidServiceId) {
+      return absl::NotFoundError("nobody serves RDS over RDMA at that address");
+    }
+    if (e.status == kRejectConsumerDefined && e.private_data.size() >= sizeof(int32_t)) {
+      int32_t value;
+      std::memcpy(&value, e.private_data.data(), sizeof value);  // the kernel's native int
+      return absl::UnavailableError(absl::StrFormat("the peer rejected the connection (%d)", value));
+    }
+    return absl::UnavailableError(absl::StrFormat("the connection was rejected (reason %d)",
+                                                  e.status));
+  }
+
+  void ConnectResolved(VerbsLink& link, const AddressPair& pair, bool v6) {
+    if (absl::Status s = link.Attach(); !s.ok()) {
+      link.Fail(s);
+      return;
+    }
+    ib::ConnectPrivate mine;
+    mine.saddr = pair.laddr;
+    mine.daddr = pair.faddr;
+    const std::vector<uint8_t> pdata = ib::EncodePrivate(mine, v6);
+    rdma_conn_param cp{};
+    cp.private_data = pdata.data();
+    cp.private_data_len = static_cast<uint8_t>(pdata.size());
+    ReadAtomicDepths(link.cm_id(), &cp.responder_resources, &cp.initiator_depth);
+    cp.retry_count = 7;
+    cp.rnr_retry_count = 7;  // infinite: a passive kernel posts its receives late (§1.5)
+    if (api_->cm.connect(link.cm_id(), &cp) != 0) {
+      link.Fail(absl::UnavailableError(absl::StrCat("rdma_connect: ", strerror(errno))));
+    }
+  }
+
+  // The device's limits for RDMA reads in flight, as the kernel's active
+  // side offers them (the passive side takes the smaller of both).
+  void ReadAtomicDepths(rdma_cm_id* id, uint8_t* responder, uint8_t* initiator) {
+    ibv_device_attr attr{};
+    if (id->verbs == nullptr || api_->ibv.query_device(id->verbs, &attr) != 0) {
+      *responder = *initiator = 1;
+      return;
+    }
+    *responder = static_cast<uint8_t>(std::clamp(attr.max_qp_rd_atom, 1, 255));
+    *initiator = static_cast<uint8_t>(std::clamp(attr.max_qp_init_rd_atom, 1, 255));
+  }
+
+  void Reject(rdma_cm_id* id, int32_t value, const std::string& why) {
+    log::Info("RDS over RDMA: rejecting a connection (%d): %s", value, why);
+    api_->cm.reject(id, &value, sizeof value);  // the kernel's native int (rds-ib.md §1.5)
+    api_->cm.destroy_id(id);
+  }
+
+  void OnConnectRequest(const CmEvent& e) {
+    auto lit = listeners_.find(e.listen_id);
+    if (lit == listeners_.end()) {
+      api_->cm.reject(e.id, nullptr, 0);
+      api_->cm.destroy_id(e.id);
+      return;
+    }
+    const Listener listener = lit->second;
+    const bool v6 = listener.v6;
+    const std::optional<uint16_t> version = ib::NegotiateVersion(e.private_data, v6);
+    absl::StatusOr<ib::ConnectPrivate> req = ib::DecodePrivate(e.private_data, v6);
+    if (!version || !req.ok()) {
+      Reject(e.id, ib::kRejectIncompatible, "incompatible protocol version");
+      return;
+    }
+    // The passive kernel's view: the connection is found by the private
+    // data's addresses, not the CM's.
+    const AddressPair pair{req->daddr, req->saddr};
+    if (std::shared_ptr<VerbsLink> existing = LinkOf(pair)) {
+      if (existing->established()) {
+        // The peer connects again while ours is up: it restarted; ours is stale.
+        existing->Fail(absl::UnavailableError("the peer connected again (stale connection)"));
+        Reject(e.id, 1, absl::StrCat(pair.faddr.ToString(), " connected again; the old "
+                                     "connection is dropped, it retries"));
+      } else {
+        Reject(e.id, 1, absl::StrCat("we are connecting to ", pair.faddr.ToString(),
+                                     " ourselves (race; both back off)"));
+      }
+      return;
+    }
+    const std::string what = absl::StrFormat("verbs incoming from %s", pair.faddr.ToString());
+    absl::StatusOr<std::shared_ptr<VerbsLink>> made =
+        VerbsLink::Create(*api_, *ctx_.loop, e.id, sizes_, what);
+    if (!made.ok()) {
+      // Create released the link's resources and the id with them.
+      log::Info("%s: %s", what, made.status().message());
+      return;
+    }
+    std::shared_ptr<VerbsLink> link = *std::move(made);
+    ib::ConnectPrivate answer;
+    answer.saddr = pair.laddr;
+    answer.daddr = pair.faddr;
+    answer.version = *version;
+    const std::vector<uint8_t> pdata = ib::EncodePrivate(answer, v6);
+    rdma_conn_param cp{};
+    cp.private_data = pdata.data();
+    cp.private_data_len = static_cast<uint8_t>(pdata.size());
+    uint8_t responder = 1, initiator = 1;
+    ReadAtomicDepths(e.id, &responder, &initiator);
+    cp.responder_resources = std::min(responder, e.responder_resources);
+    cp.initiator_depth = std::min(initiator, e.initiator_depth);
+    cp.retry_count = 7;
+    cp.rnr_retry_count = 7;
+    if (api_->cm.accept(e.id, &cp) != 0) {
+      log::Info("%s: rdma_accept: %s", what, strerror(errno));
+      link->Close();  // destroys the id
+      return;
+    }
+    link->set_endpoints(Link::Endpoints{{pair.laddr, v6 ? ib::kCmPortV6 : ib::kCmPortV4},
+                                        {pair.faddr, PortOf(e.id->route.addr.dst_addr)}});
+    Track(e.id, link, pair, v6);
+    // Now, not at ESTABLISHED: the peer's first message (a kernel's
+    // congestion map) may complete on the receive ring before the CM event.
+    ctx_.on_accept(link, listener.ns);
+  }
+
+  void Shutdown() {
+    if (api_ == nullptr) return;
+    for (auto& [id, t] : ids_) {
+      if (std::shared_ptr<VerbsLink> l = t.link.lock()) l->Close();
+    }
+    ids_.clear();
+    pairs_.clear();
+    for (auto& [id, l] : listeners_) api_->cm.destroy_id(id);
+    listeners_.clear();
+    if (channel_ != nullptr) {
+      ctx_.loop->Remove(channel_->fd);
+      api_->cm.destroy_event_channel(channel_);
+      channel_ = nullptr;
+    }
+  }
+
+  const TransportContext ctx_;
+  const VerbsLink::Sizes sizes_;
+  rds::Mutex mu_;
+  absl::flat_hash_set<NetNsKey> serving_ ABSL_GUARDED_BY(mu_);
+  // The rest is the engine thread's.
+  const VerbsApi* api_ = nullptr;
+  rdma_event_channel* channel_ = nullptr;
+  absl::flat_hash_map<rdma_cm_id*, Listener> listeners_;
+  absl::flat_hash_map<rdma_cm_id*, Tracked> ids_;
+  absl::flat_hash_map<AddressPair, std::weak_ptr<VerbsLink>> pairs_;
+};
+
+}  // namespace
+
+absl::Status VerbsUsable() { return Usable().status(); }
+
+std::unique_ptr<Transport> MakeVerbsTransport(const TransportContext& ctx,
+                                              VerbsLink::Sizes sizes) {
+  return std::make_unique<VerbsTransport>(ctx, sizes);
+}
+
+}  // namespace rds::verbs
