@@ -83,6 +83,11 @@ const std::vector<Spec>& Schema() {
       {"TCP_CONGESTION", &Settings::tcp_congestion, [] { return std::string(); }, {0, 0},
        "congestion control of TCP links to other hosts (TCP_CONGESTION, e.g. cubic or bbr); "
        "empty: the host's default (net.ipv4.tcp_congestion_control), as kernel rds_tcp uses"},
+      {"VERBS", &Settings::verbs, [] { return std::string("1"); }, {0, 1},
+       "RDS over RDMA verbs (InfiniBand, RoCE) to other hosts, wire-compatible with kernel "
+       "rds_rdma: a connection from a local address on an RDMA device uses it, as the kernel "
+       "does with rds_rdma loaded; 0: TCP only. rdma-core is loaded only on a host with an "
+       "RDMA device"},
       {"KERNEL_PATHS", &Settings::kernel_paths, [] { return std::string("0"); }, {0, 8},
        "TCP connections to each kernel RDS node (NPATHS): 1, 8, or 0 for automatic — 8 with a "
        "node that numbers its connections' paths by source port (SPORT_IDX, Linux 7.0+), 1 with "

@@ -45,6 +45,8 @@ struct Settings {
   int64_t tcp_splice_min_kb;
   // TCP links: congestion control (TCP_CONGESTION); empty: the host's default.
   std::string tcp_congestion;
+  // RDS over RDMA verbs from addresses on an RDMA device (as with rds_rdma loaded).
+  bool verbs;
   // Paths (TCP connections) to a kernel RDS node: 0 automatic, 1 or 8.
   int64_t kernel_paths;
   int64_t exit_flush_ms;       // at exit, wait this long for sent messages to be acknowledged

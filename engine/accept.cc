@@ -24,6 +24,10 @@ namespace rds {
 
 void Engine::WatchIncoming(std::shared_ptr<Link> link, std::shared_ptr<NetNs> tcp_ns,
                            bool may_hand_over) {
+  if (tcp_ns && link->IsRdma()) {
+    AdoptRdmaLink(link, tcp_ns);
+    return;
+  }
   if (tcp_ns && may_hand_over && HandNodeConnectionToOwner(link, tcp_ns)) return;
   if (tcp_ns && AdoptNodePathAtAccept(link, tcp_ns)) return;
   incoming_.insert(link);

@@ -86,10 +86,28 @@ absl::Status Bind(RdsSocket& rs, const sockaddr* uaddr, socklen_t len) {
 
   // Transport selection (rds_trans_get_preferred / laddr_check).
   bool local = rs.ns->IsLocalAddress(want.addr);
-  if (transport != kTransNone) {
+  // IB before TCP, as rds_trans_get_preferred tries them; an address on an
+  // RDMA device takes IB (its connections to other hosts go over verbs).
+  const bool rdma = local && !IsLoopbackAddress(want.addr) &&
+                    Engine::Get().UsesRdma(rs.ns, want.addr);
+  if (transport == kTransIb) {
+    if (!rdma) return RdsError(ENOPROTOOPT);  // its laddr_check fails
+  } else if (transport == kTransTcp) {
     if (!local) return RdsError(ENOPROTOOPT);
+    if (rdma) {
+      // A connection is the address pair's here, not the transport's too:
+      // TCP beside RDMA from one address is not built. Loudly, not silently
+      // over RDMA.
+      log::Warn("bind to %s with SO_RDS_TRANSPORT TCP: the address is on an RDMA device, whose "
+                "connections use RDMA verbs; forcing TCP there is not supported by rds-preload "
+                "(RDS_PRELOAD_VERBS=0 uses TCP for every address)",
+                want.addr.ToString());
+      return RdsError(ENOPROTOOPT);
+    }
   } else if (IsLoopbackAddress(want.addr)) {
     transport = kTransLoop;
+  } else if (rdma) {
+    transport = kTransIb;
   } else if (local) {
     transport = kTransTcp;
   } else {

@@ -49,8 +49,15 @@ Connection& Engine::GetConnection(const std::shared_ptr<NetNs>& ns, const RdsAdd
   auto c = std::make_unique<Connection>(key, ns, local);
   Connection& ref = *c;
   connections_[key] = std::move(c);
+  if (!local && transports_.UsesRdma(ns, laddr)) {
+    // The kernel's choice (rds_rdma before rds_tcp). Over RDMA every peer
+    // speaks the node protocol: one connection per address pair, one path.
+    ref.rdma = true;
+    ref.kernel_peer = true;
+    ref.node_npaths = 1;
+  }
   log::Debug("connection %s -> %s (%s)", laddr.ToString(), faddr.ToString(),
-             local ? "same host" : "remote");
+             local ? "same host" : (ref.rdma ? "remote, RDMA" : "remote"));
   return ref;
 }
 
@@ -68,6 +75,11 @@ Path& Engine::GetPath(Connection& c, uint32_t pid, bool connect) {
 void Engine::ConnectPath(Path& p) {
   Connection& c = p.conn;
   if (IsKernelPath(p) && (!MayConnectNodePath(p) || DelayNodeReopen(p))) return;
+  // Over RDMA a node (kernel, or a shim host's owning engine) takes a second
+  // request for an address pair whose connection is up as proof that it is
+  // stale and drops it: only this host's owner connects, others relay. (Over
+  // TCP the claim follows the connection: the node's reset tells.)
+  if (IsKernelPath(p) && c.rdma && !ClaimKernelNode(c)) return;  // relaying now
   if (fault::Enabled()) {
     if (fault::FailConnect()) {
       stats::Inc(stats::kShimConnFailed);
@@ -92,9 +104,10 @@ void Engine::ConnectPath(Path& p) {
   const uint32_t target = IsKernelPath(p) ? 0 : (to_owner ? c.node_owner : p.peer_pid);
   LinkTarget to{c.ns, c.key.laddr, c.key.faddr, target};
   if (IsKernelPath(p)) to.node_path = p.node_index;
+  const bool same_host = c.local || to_owner || p.relay_peer;
+  Transport& transport = !same_host && c.rdma ? *transports_.rdma : transports_.For(same_host);
   absl::StatusOr<std::shared_ptr<Link>> opened =
-      transports_.For(c.local || to_owner || p.relay_peer)
-          .Connect(to,
+      transport.Connect(to,
                    absl::StrFormat("%s->%s pid %d", c.key.laddr.ToString(),
                                    c.key.faddr.ToString(), target));
   if (!opened.ok()) {
@@ -310,7 +323,9 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
   // (kernel-rds.md §E.4, §E.7), after what is retransmitted (its sequence
   // numbers are older) and before new data; then the other paths.
   if (IsKernelPath(p)) {
-    if (p.node_index == 0) {
+    // (Not over RDMA: kernel rds_rdma is not multipath-capable and sends no
+    // handshake; one path.)
+    if (p.node_index == 0 && !p.conn.rdma) {
       p.conn.pings_unanswered.clear();  // asked on a connection that is gone
       SendHandshake(p, /*pong=*/false);
     }

@@ -135,6 +135,11 @@ class Connection {
   // (NodePathKey) carry every port, each port's messages on one path, and the
   // node acknowledges by TCP only.
   bool kernel_peer = false;
+  // Its links go over RDMA verbs (transports/verbs; the local address is on
+  // an RDMA device): the peer, kernel rds_rdma or a shim engine, is spoken to
+  // as a kernel node from the start — one path, no handshake, no address
+  // rule, acknowledged by the h_ack of the medium (DESIGN.md §2.7).
+  bool rdma = false;
   // How many paths the node and we use (0: not agreed yet — the handshake
   // says), the NPATHS of our last handshake message and of the ones not
   // answered yet, and whether the node numbers its own connections' paths in

@@ -93,6 +93,13 @@ class Engine {
   // Makes this engine reachable for sockets in `ns`: its Unix listener and
   // the namespace's TCP rendezvous listener. Synchronous.
   absl::Status Serve(const std::shared_ptr<NetNs>& ns);
+  // The kernel's transport choice at bind (DESIGN.md §2.7): whether RDS over
+  // RDMA exists on this host (SO_RDS_TRANSPORT RDS_TRANS_IB), and whether a
+  // socket bound to `laddr` in `ns` uses it. Any thread.
+  bool RdmaAvailable() const { return transports_.rdma && transports_.rdma->Available(); }
+  bool UsesRdma(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) const {
+    return transports_.UsesRdma(ns, laddr);
+  }
 
   // Routes and transmits a message admitted by sendmsg: `m->sender` is set
   // and its socket (whose namespace is routed in) outlives the call.
@@ -263,6 +270,9 @@ class Engine {
   // the way, so the caller touches nothing of it afterwards.
   void AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index, wire::Header&& first,
                        Payload&& payload);
+  // An RDMA link a peer opened (Link::IsRdma): the node path of its
+  // connection at once (both sides speak first over RDMA).
+  void AdoptRdmaLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns);
   // A handshake ping (or, `pong`, its answer): our NPATHS (NpathsToAdvertise),
   // generation and SPORT_IDX. Its answer agrees the number of paths.
   void SendHandshake(Path& p, bool pong);

@@ -39,7 +39,10 @@ std::vector<HandedNodeConnection> Engine::HandOnNodeConnections(
     size_t paths_out = 0;
     for (auto& [key, cp] : connections_) {
       Connection& c = *cp;
-      if (!(c.key.ns == ns->key()) || !(c.key.laddr == laddr) || !c.kernel_peer || c.relaying() ||
+      // (An RDMA queue pair cannot move between processes: the next owner
+      // connects again and the node retransmits.)
+      if (!(c.key.ns == ns->key()) || !(c.key.laddr == laddr) || !c.kernel_peer || c.rdma ||
+          c.relaying() ||
           c.handed_on || !c.node_record || !c.node_record->owned()) {
         continue;
       }

@@ -80,6 +80,20 @@ Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int ind
   return &p;
 }
 
+void Engine::AdoptRdmaLink(const std::shared_ptr<Link>& link, const std::shared_ptr<NetNs>& ns) {
+  // Over RDMA both sides open with their congestion maps, whoever connected:
+  // nothing to wait for (a shim engine that connected waits for ours).
+  std::optional<Link::Endpoints> e = link->endpoints();
+  Connection* c = e ? &GetConnection(ns, e->local.addr, e->peer.addr) : nullptr;
+  if (c == nullptr || !c->rdma) {
+    log::Warn("%s: an RDMA connection to an address this engine does not use RDMA from; closing",
+              link->Describe());
+    link->Close();
+    return;
+  }
+  AdoptKernelLink(*c, link, 0);
+}
+
 void Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index,
                              wire::Header&& first, Payload&& payload) {
   if (Path* p = AdoptKernelLink(c, std::move(link), index)) {
@@ -343,8 +357,8 @@ void Engine::ConnectKernelPath(Path& p, const std::shared_ptr<Link>& link) {
   cb.on_connected = [this, pp, weak] {
     auto l = weak.lock();
     if (!l || pp->connecting != l) return;
-    if (!(pp->conn.key.laddr < pp->conn.key.faddr)) {
-      // The larger address: a connection from us only makes the node connect
+    if (!pp->conn.rdma && !(pp->conn.key.laddr < pp->conn.key.faddr)) {
+      // Over TCP, the larger address: a connection from us only makes the node connect
       // back (the "poke"); it resets ours. Nothing is sent on it.
       pp->connecting.reset();
       l->Close();

@@ -7,12 +7,14 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/info.h"
+#include "engine/log.h"
 #include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/sys.h"
@@ -171,10 +173,16 @@ absl::Status SetTransport(RdsSocket& rs, const void* optval, socklen_t optlen) {
   if (absl::Status s = usercopy::FromUser(&t, optval, sizeof(t)); !s.ok()) return s;
   if (t < 0 || t >= RDS_TRANS_COUNT) return RdsError(EINVAL);
   if (t != RDS_TRANS_TCP && !InInitialNetNs(rs)) return RdsError(EPROTOTYPE);
-  // Only TCP is available in this build (verbs is a later transport; slot 1
-  // is the retired iWARP one): the kernel answers "module not available".
-  if (t != RDS_TRANS_TCP) return RdsError(ENOPROTOOPT);
-  rs.transport = kTransTcp;
+  // TCP always; IB where RDS over RDMA is (transports/verbs: a device, and
+  // rdma-core); slot 1 is the retired iWARP one. Otherwise the kernel's
+  // "module not available".
+  if (t == RDS_TRANS_TCP) {
+    rs.transport = kTransTcp;
+  } else if (t == RDS_TRANS_IB && Engine::Get().RdmaAvailable()) {
+    rs.transport = kTransIb;
+  } else {
+    return RdsError(ENOPROTOOPT);
+  }
   return absl::OkStatus();
 }
 
@@ -248,6 +256,14 @@ absl::Status MemoryRegistration(RdsSocket& rs, int name, const void* optval, soc
   if (name == RDS_FREE_MR) return RdsError(EINVAL);  // no flush_mrs, no such key
   rds::MutexLock lock(&rs.mu);
   if (!rs.bound || rs.transport == kTransNone) return RdsError(ENOTCONN);
+  if (rs.transport == kTransIb) {
+    // The kernel registers the memory here; rds-preload does not yet.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      log::Warn("RDS_GET_MR / RDS_FREE_MR on a socket over RDMA: the RDMA API is not implemented "
+                "by rds-preload yet (EOPNOTSUPP)");
+    }
+  }
   return RdsError(EOPNOTSUPP);
 }
 

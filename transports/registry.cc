@@ -1,11 +1,13 @@
 // transports/registry.cc — the transports an engine runs.
 #include "transports/registry.h"
 
+#include "conf/settings.h"
 #include "engine/sync.h"
 #include "engine/sys.h"
 #include "transports/stream/peer_arena.h"
 #include "transports/tcp/tcp_transport.h"
 #include "transports/unix/unix_transport.h"
+#include "transports/verbs/verbs_transport.h"
 
 namespace rds {
 namespace {
@@ -23,7 +25,7 @@ std::shared_ptr<Link> Transport::Adopt(int fd, const std::string&) {
 
 std::vector<Transport*> TransportSet::All() const {
   std::vector<Transport*> all;
-  for (Transport* t : {same_host.get(), remote.get()}) {
+  for (Transport* t : {same_host.get(), remote.get(), rdma.get()}) {
     if (t != nullptr) all.push_back(t);
   }
   return all;
@@ -37,6 +39,7 @@ TransportSet MakeTransports(const TransportContext& ctx) {
   TransportSet set;
   set.same_host = MakeUnixTransport(ctx);
   set.remote = MakeTcpTransport(ctx);
+  if (conf::Get().verbs) set.rdma = verbs::MakeVerbsTransport(ctx);
   return set;
 }
 

@@ -95,6 +95,9 @@ class Link {
   // we): report the medium's acknowledgements through on_transport_acked.
   // False if the medium has none to report.
   virtual bool ReportTransportAcks() { return false; }
+  // An RDMA connection (transports/verbs): its peer, kernel rds_rdma or a shim
+  // engine, speaks the kernel's protocol and sends its congestion map first.
+  virtual bool IsRdma() const { return false; }
   // Same-host links that carry descriptors: the one the peer passed with the
   // last message, or -1. Ownership passes to the caller.
   virtual int TakePassedFd() { return -1; }
@@ -177,6 +180,14 @@ class Transport {
   // errors are worth a retry.
   virtual absl::StatusOr<std::shared_ptr<Link>> Connect(const LinkTarget& to,
                                                         const std::string& what) = 0;
+  // Whether the medium exists on this host (RDMA: a device, and rdma-core
+  // loads) — the kernel's "transport module available". Any thread.
+  virtual bool Available() { return true; }
+  // Whether this transport can carry a path from local address `laddr` in
+  // `ns` (RDMA: the address is on an RDMA device there). Any thread.
+  virtual bool CarriesFrom(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) {
+    return true;
+  }
   // A connection of this transport that another engine of the host accepted
   // and handed over (Link::HandOver) arrived as descriptor `fd`: the link over
   // it. Transports whose connections cannot move close `fd` and return null.

@@ -81,6 +81,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   void Close() override;
   void CloseAfterFlush() override;
   std::string Describe() const override { return description_; }
+  bool IsRdma() const override { return true; }
   bool ReportTransportAcks() override {
     report_acks_ = true;
     return true;

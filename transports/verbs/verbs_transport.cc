@@ -25,6 +25,8 @@ namespace {
 // The kernel's resolve timeouts (RDS_RDMA_RESOLVE_TIMEOUT_MS).
 constexpr int kResolveTimeoutMs = 5000;
 constexpr int kListenBacklog = 128;
+// How often an engine that could not listen (the ports held) tries again.
+constexpr absl::Duration kRelistenEvery = absl::Seconds(5);
 // IB CM reject reasons (ib_cm.h) the active side tells apart.
 constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
 constexpr int kRejectConsumerDefined = 28;  // the peer's own reject, with its value
@@ -124,16 +126,7 @@ class VerbsTransport final : public Transport {
     // Listening is the engine thread's (the ids live on its event channel).
     ctx_.loop->Post([this, ns] {
       if (!EnsureChannel().ok()) return;
-      for (const bool v6 : {false, true}) {
-        absl::StatusOr<rdma_cm_id*> l = Listen(ns, v6);
-        if (!l.ok()) {
-          // A kernel rds_rdma or another engine of the host may hold the port.
-          log::Info("RDS over RDMA: not listening on %s port %d: %s", v6 ? "IPv6" : "IPv4",
-                    v6 ? ib::kCmPortV6 : ib::kCmPortV4, l.status().message());
-          continue;
-        }
-        listeners_[*l] = Listener{ns, v6};
-      }
+      for (const bool v6 : {false, true}) ListenOrRetry(ns, v6, /*first=*/true);
     });
     return absl::OkStatus();
   }
@@ -174,7 +167,34 @@ class VerbsTransport final : public Transport {
     return std::shared_ptr<Link>(link);
   }
 
+  bool Available() override { return Usable().ok(); }
+
+  bool CarriesFrom(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) override {
+    const auto key = std::make_pair(ns->key(), laddr);
+    rds::MutexLock lock(&carries_mu_);
+    if (auto it = carries_.find(key); it != carries_.end()) return it->second;
+    // The kernel's check (rds_ib_laddr_check): an id binds to the address
+    // and lands on an RDMA device.
+    bool yes = false;
+    if (absl::StatusOr<const VerbsApi*> usable = Usable(); usable.ok()) {
+      const VerbsApi& api = **usable;
+      ns->RunIn([&]() -> absl::Status {
+        rdma_cm_id* id = nullptr;
+        if (api.cm.create_id(nullptr, &id, nullptr, RDMA_PS_TCP) != 0) return absl::OkStatus();
+        sockaddr_storage sa = CmAddress(laddr, 0);
+        yes = api.cm.bind_addr(id, reinterpret_cast<sockaddr*>(&sa)) == 0 && id->verbs != nullptr;
+        api.cm.destroy_id(id);
+        return absl::OkStatus();
+      }).IgnoreError();
+      log::Info("%s %s on an RDMA device: its connections to other hosts use %s",
+                laddr.ToString(), yes ? "is" : "is not", yes ? "RDMA verbs" : "TCP");
+    }
+    carries_[key] = yes;
+    return yes;
+  }
+
   void WithdrawAtExit() override {
+    withdrawn_ = true;
     for (auto& [id, l] : listeners_) api_->cm.destroy_id(id);
     listeners_.clear();
   }
@@ -206,6 +226,28 @@ class VerbsTransport final : public Transport {
     }
     ctx_.loop->Add(channel_->fd, EPOLLIN, [this](uint32_t) { OnCmEvents(); });
     return absl::OkStatus();
+  }
+
+  // The ports are the host's: a kernel rds_rdma or another engine may hold
+  // them. That engine may end (a daemon's parent, say) and nobody else would
+  // answer the host's requests: try again now and then, quietly.
+  void ListenOrRetry(const std::shared_ptr<NetNs>& ns, bool v6, bool first) {
+    absl::StatusOr<rdma_cm_id*> l = Listen(ns, v6);
+    if (l.ok()) {
+      listeners_[*l] = Listener{ns, v6};
+      log::Info("RDS over RDMA: listening on %s port %d%s", v6 ? "IPv6" : "IPv4",
+                v6 ? ib::kCmPortV6 : ib::kCmPortV4, first ? "" : " (its holder is gone)");
+      return;
+    }
+    if (first) {
+      log::Info("RDS over RDMA: not listening on %s port %d (%s): another engine of this host or "
+                "a kernel rds_rdma holds it; trying again every %d s",
+                v6 ? "IPv6" : "IPv4", v6 ? ib::kCmPortV6 : ib::kCmPortV4, l.status().message(),
+                static_cast<int>(absl::ToInt64Seconds(kRelistenEvery)));
+    }
+    ctx_.loop->After(kRelistenEvery, [this, ns, v6] {
+      if (!withdrawn_) ListenOrRetry(ns, v6, /*first=*/false);
+    });
   }
 
   absl::StatusOr<rdma_cm_id*> Listen(const std::shared_ptr<NetNs>& ns, bool v6) {
@@ -472,9 +514,12 @@ class VerbsTransport final : public Transport {
   // The rest is the engine thread's.
   const VerbsApi* api_ = nullptr;
   rdma_event_channel* channel_ = nullptr;
+  bool withdrawn_ = false;
   absl::flat_hash_map<rdma_cm_id*, Listener> listeners_;
   absl::flat_hash_map<rdma_cm_id*, Tracked> ids_;
   absl::flat_hash_map<AddressPair, std::weak_ptr<VerbsLink>> pairs_;
+  rds::Mutex carries_mu_;
+  absl::flat_hash_map<std::pair<NetNsKey, RdsAddr>, bool> carries_ ABSL_GUARDED_BY(carries_mu_);
 };
 
 }  // namespace
