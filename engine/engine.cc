@@ -250,7 +250,10 @@ std::vector<PathInfo> Engine::Snapshot(std::optional<NetNsKey> ns) {
         pi.next_rx_seq = p->next_rx_seq;
         for (const MessagePtr& m : p->backlog) pi.send.push_back(describe(m, *c));
         for (const MessagePtr& m : p->unacked) pi.retrans.push_back(describe(m, *c));
-        if (p->link && !c->local) {
+        pi.rdma = c->rdma && !c->relaying() && !p->relay_peer;
+        if (p->link && pi.rdma) {
+          pi.rdma_info = p->link->rdma_info();
+        } else if (p->link && !c->local) {
           if (std::optional<Link::Endpoints> e = p->link->endpoints()) {
             pi.tcp_local = e->local;
             pi.tcp_peer = e->peer;

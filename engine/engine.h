@@ -70,6 +70,8 @@ struct PathInfo {
   std::vector<MessageInfo> retrans;  // written, not yet acknowledged
   // The TCP connection under an up remote path.
   std::optional<RdsEndpoint> tcp_local, tcp_peer;
+  bool rdma = false;  // a path over RDMA verbs (Connection::rdma), not relayed
+  std::optional<Link::RdmaInfo> rdma_info;  // its queue pair, while it has a link
 };
 
 class Engine {

@@ -225,6 +225,39 @@ InfoItems TcpSockets(const std::vector<PathInfo>& paths, bool v6) {
   return items;
 }
 
+// RDS_INFO_IB_CONNECTIONS / RDS6_: one row per connection over RDMA (rds_ib_ic_info);
+// GIDs and ring sizes only while it is up. No memory-registration pool (the
+// RDMA API is not built): rdma_mr_max and rdma_mr_size 0.
+InfoItems IbConnections(const std::vector<PathInfo>& paths, bool v6) {
+  InfoItems items{v6 ? sizeof(rds6_info_rdma_connection) : sizeof(rds_info_rdma_connection), {}};
+  for (const PathInfo& p : paths) {
+    if (!p.rdma || p.node_path != 0) continue;
+    const Link::RdmaInfo r = p.rdma_info.value_or(Link::RdmaInfo{});
+    auto fill = [&r](auto& row) {
+      std::memcpy(row.src_gid, r.src_gid, sizeof row.src_gid);
+      std::memcpy(row.dst_gid, r.dst_gid, sizeof row.dst_gid);
+      row.max_send_wr = r.max_send_wr;
+      row.max_recv_wr = r.max_recv_wr;
+      row.max_send_sge = r.max_send_sge;
+    };
+    if (v6) {
+      rds6_info_rdma_connection row = {};
+      Copy16(p.laddr, &row.src_addr);
+      Copy16(p.faddr, &row.dst_addr);
+      fill(row);
+      Append(&items, row);
+    } else {
+      if (!BothV4(p.laddr, p.faddr)) continue;
+      rds_info_rdma_connection row = {};
+      row.src_addr = p.laddr.V4().s_addr;
+      row.dst_addr = p.faddr.V4().s_addr;
+      fill(row);
+      Append(&items, row);
+    }
+  }
+  return items;
+}
+
 // Counters are summed by name across engines; everything else concatenates.
 void Merge(int option, InfoItems* into, const InfoItems& other) {
   if (other.each != into->each) return;  // a different layout: not comparable
@@ -348,9 +381,12 @@ bool Registered(int option) {
     case RDS6_INFO_SOCKETS:
     case RDS6_INFO_TCP_SOCKETS:
       return true;
+    case RDS_INFO_IB_CONNECTIONS:
+    case RDS6_INFO_IB_CONNECTIONS:
+      // Registered by rds_rdma: here where RDS over RDMA exists.
+      return Engine::Get().RdmaAvailable();
     default:
-      // 10002 (retired FLOWS), 10009/10010 (never registered), 10008/10017
-      // (InfiniBand: needs rds_rdma).
+      // 10002 (retired FLOWS), 10009/10010 (never registered).
       return false;
   }
 }
@@ -471,6 +507,7 @@ std::string EngineDumpJson() {
     j.Field("transport", p.in_process                          ? "loop"
                          : p.relay_peer || p.node_owner != 0 ? "relay"
                          : p.same_host                        ? "unix"
+                         : p.rdma                             ? "rdma"
                                                               : "tcp");
     j.Field("state", p.up ? "up" : p.connecting ? "connecting" : "down");
     j.Field("next_tx_seq", p.next_tx_seq);
@@ -480,6 +517,17 @@ std::string EngineDumpJson() {
     if (p.tcp_local && p.tcp_peer) {
       j.Field("tcp_local", Endpoint(p.tcp_local));
       j.Field("tcp_peer", Endpoint(p.tcp_peer));
+    }
+    if (p.rdma_info) {  // the queue pair under an RDMA path
+      j.Key("rdma");
+      j.Open('{');
+      j.Field("qp_num", p.rdma_info->qp_num);
+      j.Field("posted_receives", p.rdma_info->posted_receives);
+      j.Field("recv_completions", p.rdma_info->recv_completions);
+      j.Field("send_completions", p.rdma_info->send_completions);
+      j.Field("cq_events", p.rdma_info->cq_events);
+      j.Field("ack_frames", p.rdma_info->ack_frames);
+      j.Close('}');
     }
     j.Close('}');
   }
@@ -532,6 +580,8 @@ absl::StatusOr<InfoItems> LocalInfoItems(int option, const std::shared_ptr<NetNs
     case RDS_INFO_RETRANS_MESSAGES: return SendOrRetrans(paths, true, false);
     case RDS6_INFO_RETRANS_MESSAGES: return SendOrRetrans(paths, true, true);
     case RDS_INFO_TCP_SOCKETS: return TcpSockets(paths, false);
+    case RDS_INFO_IB_CONNECTIONS: return IbConnections(paths, false);
+    case RDS6_INFO_IB_CONNECTIONS: return IbConnections(paths, true);
     default: return TcpSockets(paths, true);
   }
 }

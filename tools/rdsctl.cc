@@ -593,12 +593,21 @@ std::string PeerColumn(const json& p) {
 
 std::string PathTable(const Snapshot& s) {
   Table t({"PID", "COMM", "NETNS", "LADDR", "FADDR", "PEER_PID", "STATE", "NEXT_TX", "NEXT_RX",
-           "UNACKED", "BACKLOG", "TRANSPORT", "TCP"});
+           "UNACKED", "BACKLOG", "TRANSPORT", "LINK"});
   for (const Engine& e : s.engines) {
     for (const json& p : Arr(e.state, "paths")) {
+      // A TCP connection's addresses, or an RDMA queue pair: its number,
+      // receives posted, completions received and sent, CQ events.
       std::string tcp = Str(p, "tcp_local").empty()
                             ? "-"
                             : absl::StrCat(Str(p, "tcp_local"), "->", Str(p, "tcp_peer"));
+      if (p.contains("rdma") && p["rdma"].is_object()) {
+        const json& r = p["rdma"];
+        tcp = absl::StrCat("qp ", Num(r, "qp_num"), " rx_posted ", Num(r, "posted_receives"),
+                           " cqe rx/tx ", Num(r, "recv_completions"), "/",
+                           Num(r, "send_completions"), " events ", Num(r, "cq_events"),
+                           " ack_frames ", Num(r, "ack_frames"));
+      }
       t.Row({absl::StrCat(e.pid), Str(e.state, "comm"), s.ns.Label(Str(p, "netns")),
              Str(p, "laddr"), Str(p, "faddr"),
              PeerColumn(p),

@@ -98,6 +98,16 @@ class Link {
   // An RDMA connection (transports/verbs): its peer, kernel rds_rdma or a shim
   // engine, speaks the kernel's protocol and sends its congestion map first.
   virtual bool IsRdma() const { return false; }
+  // An RDMA connection's queue pair and counters, for RDS_INFO_IB_CONNECTIONS
+  // and rdsctl.
+  struct RdmaInfo {
+    uint32_t qp_num = 0;
+    uint8_t src_gid[16] = {}, dst_gid[16] = {};
+    uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0;
+    uint32_t posted_receives = 0;
+    uint64_t recv_completions = 0, send_completions = 0, cq_events = 0, ack_frames = 0;
+  };
+  virtual std::optional<RdmaInfo> rdma_info() const { return std::nullopt; }
   // Same-host links that carry descriptors: the one the peer passed with the
   // last message, or -1. Ownership passes to the caller.
   virtual int TakePassedFd() { return -1; }

@@ -11,6 +11,7 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
   rds_echo.py ping ADDR PORT PEER COUNT     rds-ping's way: COUNT empty messages to PEER's port 0,
                                             each answered by an empty pong from port 0
   rds_echo.py hold ADDR PORT SECONDS        keeps a bound socket (so that a shim host answers)
+  rds_echo.py ibinfo ADDR PORT              prints RDS_INFO_IB_CONNECTIONS ("ib_conn SRC DST ...")
   rds_echo.py stream ADDR PORT PEER PPORT COUNT
                                             sends COUNT numbered 64 B messages (pausing 2 ms every
                                             5, or RDS_ECHO_PACE seconds after each; "progress N"
@@ -247,6 +248,25 @@ def counter(s, name):
     return None
 
 
+def ibinfo(addr, port):
+    """Prints this host's RDS_INFO_IB_CONNECTIONS rows (struct rds_info_rdma_connection, 68
+    bytes: addresses, GIDs, ring sizes), one "ib_conn SRC DST send_wr=N recv_wr=N sge=N gid=..."
+    line each, or "ib_info error E"."""
+    s = rds_socket(addr, int(port))
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(1 << 16)
+    length = ctypes.c_uint32(len(buf))
+    if libc.getsockopt(s.fileno(), SOL_RDS, 10008, buf, ctypes.byref(length)) < 0:
+        print(f"ib_info error {ctypes.get_errno()}", flush=True)
+        return
+    raw = buf.raw[:length.value]
+    for off in range(0, len(raw) - 67, 68):
+        src, dst, sgid, dgid, swr, rwr, sge = struct.unpack_from("4s4s16s16sIII", raw, off)
+        print(f"ib_conn {socket.inet_ntoa(src)} {socket.inet_ntoa(dst)} send_wr={swr} "
+              f"recv_wr={rwr} sge={sge} gid={sgid.hex()}->{dgid.hex()}", flush=True)
+    print(f"ib_info {len(raw) // 68} rows", flush=True)
+
+
 def duplex(addr, port, peer, pport, count, idle, first=None):
     s = rds_socket(addr, int(port))
     t = threading.Thread(target=stream, args=(addr, port, peer, pport, count, s))
@@ -365,4 +385,4 @@ if __name__ == "__main__":
     {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
      "collect": collect, "echo_stream": echo_stream, "duplex": duplex, "fill": fill,
      "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally,
-     "fan": fan, "forked": forked}[sys.argv[1]](*sys.argv[2:])
+     "fan": fan, "forked": forked, "ibinfo": ibinfo}[sys.argv[1]](*sys.argv[2:])

@@ -35,6 +35,8 @@ def main():
                             "echoed"),
             ("shim-pings-node", "the shim pinged the node's port 0 over RDMA"),
             ("node-pings-shim", "the node pinged the shim's port 0 over RDMA"),
+            ("ib-info", "RDS_INFO_IB_CONNECTIONS lists the connection with its ring sizes"),
+            ("rdsctl-qp", "rdsctl shows the RDMA path with its queue pair and posted receives"),
             ("relay-a", "two shim processes at once with the node: the first's conversation"),
             ("relay-b", "two shim processes at once with the node: the second's conversation"),
             ("fork-exec", "a daemon's fork and exec: parent, child and exec'd program's 600 "

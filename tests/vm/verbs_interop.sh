@@ -77,6 +77,18 @@ if [ "$ROLE" = shim ]; then
   wait_for /tmp/hold.out holding 60
   vm_barrier p3
   vm_barrier p3-done
+  # The holder's engine owns the connection the node's pings came on: RDS_INFO_IB_CONNECTIONS
+  # (asked from another process: the engines' tables are merged) and rdsctl show it.
+  out=$($RUN timeout 30 python3 "$HERE/rds_echo.py" ibinfo "$ME" 4202 2>&1)
+  echo "$out"
+  if echo "$out" | grep -qE "^ib_conn $ME $PEER send_wr=[1-9][0-9]* recv_wr=[1-9]"; then
+    echo "RESULT ib-info ok"
+  else
+    echo "RESULT ib-info FAIL"
+  fi
+  out=$(timeout 30 $RUN "$BUILD/tools/rdsctl" 2>&1)
+  echo "$out" | grep -E "rdma|LINK"
+  echo "RESULT rdsctl-qp $(echo "$out" | grep -qE " rdma +qp [0-9]+ rx_posted [1-9]" && echo ok || echo FAIL)"
   kill "$holder" 2>/dev/null
 else
   vm_barrier p3

@@ -114,6 +114,25 @@ void VerbsLink::Release() {
 
 uint32_t VerbsLink::qp_num() const { return id_ && id_->qp ? id_->qp->qp_num : 0; }
 
+std::optional<Link::RdmaInfo> VerbsLink::rdma_info() const {
+  RdmaInfo r;
+  r.qp_num = qp_num();
+  if (id_ != nullptr && established_) {
+    // The GIDs as the kernel reports them (rdma_addr_get_sgid / _dgid).
+    std::memcpy(r.src_gid, id_->route.addr.addr.ibaddr.sgid.raw, sizeof r.src_gid);
+    std::memcpy(r.dst_gid, id_->route.addr.addr.ibaddr.dgid.raw, sizeof r.dst_gid);
+    r.max_send_wr = static_cast<uint32_t>(sizes_.send_slots);
+    r.max_recv_wr = static_cast<uint32_t>(sizes_.recv_slots);
+    r.max_send_sge = 1;
+  }
+  r.posted_receives = static_cast<uint32_t>(posted_receives_);
+  r.recv_completions = recv_completions_;
+  r.send_completions = send_completions_;
+  r.cq_events = cq_events_;
+  r.ack_frames = ack_frames_;
+  return r;
+}
+
 void VerbsLink::PostRecv(int slot) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(&rx_[size_t(slot) * ib::kReceiveBufferSize]),
               static_cast<uint32_t>(ib::kReceiveBufferSize), rx_mr_->lkey};
@@ -243,6 +262,7 @@ void VerbsLink::PostAckFrame() {
     return;
   }
   ack_frame_busy_ = true;
+  ++ack_frames_;
 }
 
 void VerbsLink::OnCompletionChannel() {
@@ -251,6 +271,7 @@ void VerbsLink::OnCompletionChannel() {
   ibv_cq* cq = nullptr;
   void* ctx = nullptr;
   while (api_.ibv.get_cq_event(channel_, &cq, &ctx) == 0) {
+    ++cq_events_;
     if (++unacked_cq_events_ >= kCqEventAckBatch) {
       api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
       unacked_cq_events_ = 0;
@@ -282,8 +303,10 @@ void VerbsLink::PollCompletions() {
         return;
       }
       if (wc[k].opcode & IBV_WC_RECV) {
+        ++recv_completions_;
         OnReceive(wc[k]);
       } else {
+        ++send_completions_;
         OnSendCompleted(wc[k].wr_id);
       }
     }

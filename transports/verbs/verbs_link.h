@@ -82,6 +82,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   void CloseAfterFlush() override;
   std::string Describe() const override { return description_; }
   bool IsRdma() const override { return true; }
+  std::optional<RdmaInfo> rdma_info() const override;
   bool ReportTransportAcks() override {
     report_acks_ = true;
     return true;
@@ -122,6 +123,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   ibv_mr* tx_mr_ = nullptr;
   int posted_receives_ = 0;
   unsigned unacked_cq_events_ = 0;
+  uint64_t recv_completions_ = 0, send_completions_ = 0, cq_events_ = 0, ack_frames_ = 0;
 
   // Send ring: slots are used and freed in order; a signalled completion
   // frees its slot and every earlier one.
