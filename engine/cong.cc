@@ -66,8 +66,6 @@ bool CongestionTable::SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, 
     }
     m.Recompute(port >> 3, congested_ports_);
   }
-  stats::Inc(stats::kCongUpdateQueued);
-  Updated();
   return true;
 }
 
@@ -143,14 +141,23 @@ std::optional<ReceiveCongestionChange> ReceiveCongestionChangeLocked(RdsSocket& 
   } else {
     return std::nullopt;
   }
+  // The bit follows the socket's state in this same lock hold: decisions
+  // are applied in the order they are taken, whatever order their
+  // announcements run in (cong.h).
+  if (!CongestionTable::Get().SetLocal(rs.ns->key(), rs.bound->addr, rs.bound->port,
+                                       rs.congested)) {
+    return std::nullopt;
+  }
   return ReceiveCongestionChange{*rs.bound, rs.congested};
 }
 
 void PublishReceiveCongestion(RdsSocket& rs, const ReceiveCongestionChange& change) {
-  if (CongestionTable::Get().SetLocal(rs.ns->key(), change.port.addr, change.port.port,
-                                      change.congested)) {
-    Engine::Get().SendCongestionUpdates(rs.ns, change.port.addr);
-  }
+  // The bit was set or cleared with the decision (ReceiveCongestionChangeLocked):
+  // announce it. The peers are sent the map as it is when the engine sends it,
+  // so a later change's update never goes out before an earlier one's.
+  stats::Inc(stats::kCongUpdateQueued);
+  CongestionTable::Get().Updated();
+  Engine::Get().SendCongestionUpdates(rs.ns, change.port.addr);
 }
 
 void UpdateReceiveCongestion(RdsSocket& rs) {

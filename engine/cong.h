@@ -43,8 +43,12 @@ class CongestionTable {
   // Is (addr, port) congested in namespace `ns`? The sender's test.
   bool IsCongested(NetNsKey ns, const RdsAddr& addr, uint16_t port);
 
-  // This process's own port changed state. Returns true if the bit changed
-  // (the caller then queues map updates to the peers).
+  // This process's own port changed state: sets or clears its bit in our
+  // map. Returns true if the bit changed; the caller then announces it
+  // (Updated(), map updates to the peers). Nothing is woken or sent here, so
+  // it may be called with the port's socket mutex held — as receive
+  // accounting does, so that the bit changes in the order the socket's state
+  // does (ReceiveCongestionChangeLocked).
   bool SetLocal(NetNsKey ns, const RdsAddr& addr, uint16_t port, bool congested);
   // This process's own map of `addr`, as sent on the wire.
   CongBits LocalMap(NetNsKey ns, const RdsAddr& addr);
@@ -97,9 +101,19 @@ class RdsSocket;
 void UpdateReceiveCongestion(RdsSocket& rs);
 
 // The same in two steps, for callers that already hold rs.mu to change the
-// accounting: the decision with the lock held (records the socket's new state;
-// nullopt when its port's bit does not change), then, after unlocking, the
-// publication of a change.
+// accounting: the decision with the lock held — it records the socket's new
+// state *and* sets or clears the port's bit in this process's map, inside
+// the same lock hold (nullopt when the bit does not change) — then, after
+// unlocking, the announcement of a change: the generation, wake-ups,
+// RDS_CONG_MONITOR notifications and map updates to the peers, which send
+// whatever the map holds by then.
+//
+// (The bit is not left to the second step: two threads can decide in one
+// order and publish in the other. A delivery that made the socket congested
+// and a recvmsg that emptied its queue just after once published "clear"
+// first — a no-op — and then "congested", leaving the bit set under a socket
+// that believed itself uncongested and would never clear it again: the
+// blocked sender waited forever, integration/soak test 6.)
 struct ReceiveCongestionChange {
   RdsEndpoint port;
   bool congested;

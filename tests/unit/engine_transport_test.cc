@@ -6,6 +6,7 @@
 //
 // Its own binary: the transports must be registered before the engine starts.
 #include <arpa/inet.h>
+#include <linux/rds.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "engine/bind.h"
+#include "engine/cong.h"
 #include "engine/control.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -24,6 +26,7 @@
 #include "engine/recv.h"
 #include "engine/send.h"
 #include "engine/socket.h"
+#include "engine/sockopt.h"
 #include "engine/stats.h"
 #include "gtest/gtest.h"
 #include "tests/unit/mem_transport.h"
@@ -55,7 +58,9 @@ struct TestSocket {
   std::shared_ptr<RdsSocket> rs;
   int fd = -1;
 
-  explicit TestSocket(uint16_t port) {
+  // `tcp`: SO_RDS_TRANSPORT TCP before the bind (on 127.0.0.1 the socket
+  // would otherwise take the loopback transport, which never marks congestion).
+  explicit TestSocket(uint16_t port, bool tcp = false) {
     absl::StatusOr<BackingFd> b = CreateBackingFd(0);
     EXPECT_TRUE(b.ok()) << b.status();
     absl::StatusOr<std::shared_ptr<NetNs>> ns = NetNs::OfCurrentThread();
@@ -64,6 +69,11 @@ struct TestSocket {
     EXPECT_TRUE(s.ok()) << s.status();
     rs = *s;
     fd = b->fd;
+    if (tcp) {
+      int t = RDS_TRANS_TCP;
+      absl::Status set = SetSockOpt(*rs, fd, SOL_RDS, SO_RDS_TRANSPORT, &t, sizeof(t));
+      EXPECT_TRUE(set.ok()) << set;
+    }
     sockaddr_in sin = Sin("127.0.0.1", port);
     absl::Status bound = Bind(*rs, reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
     EXPECT_TRUE(bound.ok()) << bound;
@@ -913,6 +923,75 @@ TEST(EngineWithKernelNode, DropsOnlyRetransmittedOldSequences) {
   deliver(3, true, "three");            // at it: accepted
   EXPECT_EQ(s.Receive(&from), "three");
   EXPECT_EQ(stats::Get(stats::kRecvDropOldSeq) - dropped, 3u);
+}
+
+// Receive congestion is decided under the socket's lock and announced after
+// it, by whichever thread changed the accounting: the engine (or a driving
+// thread) delivering, a recvmsg taking a message. Announcements may run in
+// the other order than the decisions — a delivery that made the socket
+// congested is preempted before announcing, and a recvmsg that emptied the
+// queue meanwhile announces "clear" first. The port's bit must still end as
+// the socket's state: left set, it blocked a sender for good (the receiver,
+// its queue empty, believed itself uncongested and never cleared it again;
+// integration/soak test 6 hung so after 231 of 1000 messages).
+TEST(EngineOverTransport, ReceiveCongestionEndsAsTheSocketsStateWhateverTheAnnouncementOrder) {
+  constexpr uint16_t kPort = 4010;
+  TestSocket rx(kPort, /*tcp=*/true);
+  TestSocket tx(4011);
+  RdsSocket& rs = *rx.rs;
+  CongestionTable& cong = CongestionTable::Get();
+  const NetNsKey ns = rs.ns->key();
+  const RdsAddr addr = V4("127.0.0.1");
+  // A same-process sender's view: a non-blocking send fails with ENOBUFS
+  // while the port is congested.
+  auto send_nonblocking = [&] {
+    sockaddr_in to = Sin("127.0.0.1", kPort);
+    char b = 'x';
+    iovec iov = {&b, 1};
+    msghdr msg = {};
+    msg.msg_name = &to;
+    msg.msg_namelen = sizeof(to);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    return SendMsg(*tx.rs, msg, MSG_DONTWAIT);
+  };
+  // The accounting as Deliver and RecvMsg change it: queued bytes past the
+  // receive buffer, then all taken.
+  auto decide = [&](bool over) {
+    rds::MutexLock lock(&rs.mu);
+    rs.rcv_bytes = over ? static_cast<size_t>(rs.RdsRcvbuf()) + 1 : 0;
+    return ReceiveCongestionChangeLocked(rs);
+  };
+
+  // In order: congested, then clear.
+  std::optional<ReceiveCongestionChange> on = decide(true);
+  ASSERT_TRUE(on.has_value());
+  EXPECT_TRUE(on->congested);
+  PublishReceiveCongestion(rs, *on);
+  EXPECT_TRUE(cong.IsCongested(ns, addr, kPort));
+  absl::StatusOr<size_t> r = send_nonblocking();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ErrnoOf(r.status()), ENOBUFS);
+  std::optional<ReceiveCongestionChange> off = decide(false);
+  ASSERT_TRUE(off.has_value());
+  EXPECT_FALSE(off->congested);
+  PublishReceiveCongestion(rs, *off);
+  EXPECT_FALSE(cong.IsCongested(ns, addr, kPort));
+
+  // The race: decided congested then clear, announced clear then congested.
+  on = decide(true);
+  off = decide(false);
+  ASSERT_TRUE(on.has_value() && off.has_value());
+  PublishReceiveCongestion(rs, *off);
+  PublishReceiveCongestion(rs, *on);
+  {
+    rds::MutexLock lock(&rs.mu);
+    EXPECT_FALSE(rs.congested);
+  }
+  EXPECT_FALSE(cong.IsCongested(ns, addr, kPort))
+      << "the port stays congested under a socket with nothing queued";
+  r = send_nonblocking();
+  EXPECT_TRUE(r.ok()) << r.status();
 }
 
 // A node's congestion map is honoured: a bit set for a port makes a
