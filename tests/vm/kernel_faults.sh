@@ -1,6 +1,8 @@
 #!/bin/bash
 # Runs INSIDE each of two guests of ../shared/vm (test_kernel_faults.py starts them): a kernel RDS
-# node (modprobe rds_tcp) and a shim host. Three phases (tests/vm/rds_echo.py on both sides):
+# node (modprobe rds_tcp) and a shim host; with MEDIUM=rdma (verbs_faults.sh) over soft-RoCE with
+# rds_rdma, where a reset is a silence long enough for the node to drop the connection itself.
+# Three phases (tests/vm/rds_echo.py on both sides):
 #  reconnect   both send a numbered stream to the other at once (one socket each, "duplex"),
 #              at least COUNT messages and on until the shim's guest has destroyed the TCP
 #              connections between them three times (ss -K, after a silence in which nothing
@@ -43,8 +45,33 @@ if [ "$ROLE" = shim ]; then
     timeout 2 $RUN "$BUILD/tools/rdsctl" 2>/dev/null |
       awk '$6 == "kernel" && $7 == "up" { print $9; exit }'
   }
+  paths_down() {  # how often the engine logged a path going down
+    grep -c "path to pid .* down:" /tmp/duplex.out
+  }
   wait_for /tmp/duplex.out "progress 1000" 60
   for i in 1 2 3; do
+    if [ "${MEDIUM:-tcp}" = rdma ]; then
+      # Over RDMA: a silence (nothing leaves this guest: the node's messages still arrive and are
+      # delivered, but neither our RC acknowledgements nor our h_acks reach it; RC alone would
+      # ride it out, seen for 25 s), then the host's connection is dropped (RDS_CONN_RESET) and
+      # the silence ends: the node's queue pair finds ours gone, the node reconnects and
+      # retransmits, among the rest, what we had delivered.
+      # (The engine's log, not rdsctl: on a loaded guest rdsctl can take seconds.)
+      sleep 3  # up again, and traffic flowing
+      before=$(paths_down)
+      tc qdisc add dev eth0 root netem loss 100%
+      sleep 1.5
+      $RUN timeout 20 $ECHO reset "$ME" "$PEER" >/dev/null 2>&1
+      n=0
+      start=$SECONDS
+      while [ $((SECONDS - start)) -lt 10 ]; do
+        [ "$(paths_down)" -gt "$before" ] && { n=1; break; }
+        sleep 0.3
+      done
+      tc qdisc del dev eth0 root
+      echo "reset $i: $n connections destroyed"
+      continue
+    fi
     # Up again (after a reset the node refuses us until its side of the old connection has
     # failed too: a second or two); a connection that came up only to be refused is gone by
     # the time of the destroy, which is then tried again on the next one.

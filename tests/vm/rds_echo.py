@@ -12,6 +12,7 @@ node (rds_tcp loaded) and under the shim (LD_PRELOAD), so either side can be eit
                                             each answered by an empty pong from port 0
   rds_echo.py hold ADDR PORT SECONDS        keeps a bound socket (so that a shim host answers)
   rds_echo.py ibinfo ADDR PORT              prints RDS_INFO_IB_CONNECTIONS ("ib_conn SRC DST ...")
+  rds_echo.py reset ADDR PEER               drops the host's connection ADDR->PEER (RDS_CONN_RESET)
   rds_echo.py stream ADDR PORT PEER PPORT COUNT
                                             sends COUNT numbered 64 B messages (pausing 2 ms every
                                             5, or RDS_ECHO_PACE seconds after each; "progress N"
@@ -267,6 +268,16 @@ def ibinfo(addr, port):
     print(f"ib_info {len(raw) // 68} rows", flush=True)
 
 
+def reset(addr, peer):
+    """Drops this host's connection from ADDR to PEER (Oracle UEK's RDS_CONN_RESET: SOL_RDS
+    option 8 with a 12-byte struct rds_reset; what was queued or unacknowledged goes again once
+    it reconnects). Prints "reset"."""
+    s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
+    s.setsockopt(SOL_RDS, 8, struct.pack("B3x4s4s", 0, socket.inet_aton(addr),
+                                         socket.inet_aton(peer)))
+    print("reset", flush=True)
+
+
 def duplex(addr, port, peer, pport, count, idle, first=None):
     s = rds_socket(addr, int(port))
     t = threading.Thread(target=stream, args=(addr, port, peer, pport, count, s))
@@ -385,4 +396,5 @@ if __name__ == "__main__":
     {"server": server, "client": client, "ping": ping, "hold": hold, "stream": stream,
      "collect": collect, "echo_stream": echo_stream, "duplex": duplex, "fill": fill,
      "unblocked": unblocked, "sink": sink, "phased": phased, "stall": stall, "tally": tally,
-     "fan": fan, "forked": forked, "ibinfo": ibinfo}[sys.argv[1]](*sys.argv[2:])
+     "fan": fan, "forked": forked, "ibinfo": ibinfo,
+     "reset": reset}[sys.argv[1]](*sys.argv[2:])

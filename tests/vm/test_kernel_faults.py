@@ -22,10 +22,9 @@ from vmlib import HERE, Checks, run_guests
 COUNT = 20000
 
 
-def main():
-    out = run_guests(os.path.join(HERE, "kernel_faults.sh"), "vm1", 500)
+def check_run(out, checks):
+    """The checks of one run of kernel_faults.sh (also over RDMA: test_verbs_faults.py)."""
     results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
-    checks = Checks("kernel faults")
     check = checks.check
 
     resets = re.findall(r"reset \d: (\d+) connections destroyed", out)
@@ -69,6 +68,11 @@ def main():
           f"{sent_old} sent")
     check(results.get("restart-new", "").strip() == "n=50 dups=0 gaps=0 order=ok",
           f"what the node sent after the restart arrived exactly once: {results.get('restart-new')}")
+
+
+def main():
+    checks = Checks("kernel faults")
+    check_run(run_guests(os.path.join(HERE, "kernel_faults.sh"), "vm1", 500), checks)
     checks.done()
 
 
