@@ -1,7 +1,6 @@
 // transports/verbs/verbs_transport.cc — see verbs_transport.h.
 #include "transports/verbs/verbs_transport.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 
@@ -32,17 +31,12 @@ constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
 constexpr int kRejectConsumerDefined = 28;  // the peer's own reject, with its value
 
 bool HasRdmaDevice() {
-  DIR* d = opendir("/sys/class/infiniband");
-  if (d == nullptr) return false;
-  bool any = false;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') {
-      any = true;
-      break;
-    }
+  std::vector<std::string> names;  // (raw getdents: the shim interposes opendir)
+  if (!sys::ListDir("/sys/class/infiniband", &names)) return false;
+  for (const std::string& n : names) {
+    if (!n.empty() && n[0] != '.') return true;
   }
-  closedir(d);
-  return any;
+  return false;
 }
 
 // The API, or why not; decided once per process.
