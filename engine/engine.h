@@ -102,6 +102,14 @@ class Engine {
   bool UsesRdma(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) const {
     return transports_.UsesRdma(ns, laddr);
   }
+  // Memory of this process registered for peers' RDMA from `laddr`
+  // (engine/rdma.h; Transport::RegisterMemory). Any thread.
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(const std::shared_ptr<NetNs>& ns,
+                                                               const RdsAddr& laddr, void* addr,
+                                                               size_t len) const {
+    if (!transports_.rdma) return absl::UnimplementedError("no RDMA transport");
+    return transports_.rdma->RegisterMemory(ns, laddr, addr, len);
+  }
 
   // Routes and transmits a message admitted by sendmsg: `m->sender` is set
   // and its socket (whose namespace is routed in) outlives the call.

@@ -26,6 +26,7 @@
 namespace rds {
 
 class RdsSocket;
+class MemoryRegion;  // transports/transport.h
 
 // Monotonic nanoseconds (the clock of the RX latency trace points).
 int64_t MonotonicNs();
@@ -146,6 +147,10 @@ struct Message {
   uint64_t relay_seq = 0;
   // MSG_ZEROCOPY: the cookie reported to the sender when the message is done.
   std::optional<uint32_t> zcopy_cookie;
+  // Sending side: the region an RDMA_DEST cookie in the header offers
+  // (engine/rdma.h), kept registered while the message lives, as the kernel
+  // holds its MR.
+  std::shared_ptr<MemoryRegion> rdma_region;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).
   absl::Time received_at;
   // Receiving side: monotonic ns at the kernel's RX trace points (header

@@ -15,6 +15,7 @@
 #include "engine/direct_receive.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/rdma.h"
 #include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/stats.h"
@@ -104,6 +105,8 @@ void Arrived(RdsSocket& rs, Message& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
 
 void Queue(RdsSocket& rs, MessagePtr m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rs.mu) {
   Arrived(rs, *m);
+  // rds_recv_incoming_exthdrs: a peer's RDMA into one of our regions.
+  if (wire::HasExtHeaders(m->header)) rdma::OnArrivalLocked(rs, wire::ParseExtHeaders(m->header));
   rs.rcv_bytes += m->payload.size();
   rs.recv_queue.push_back(std::move(m));
   rs.NotifyLocked(/*arrival=*/true);
@@ -329,6 +332,15 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         if (absl::Status s = usercopy::ToUser(msg.msg_name, &ss, copy); !s.ok()) return s;
       }
       msg.msg_namelen = klen;
+    }
+    // rds_cmsg_recv's order: the RDMA_DEST cookie, the time stamp, the trace.
+    if (wire::HasExtHeaders(m->header)) {
+      if (std::optional<uint64_t> cookie = wire::ParseExtHeaders(m->header).rdma_dest) {
+        if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_RDMA_DEST, &*cookie, sizeof(*cookie));
+            !s.ok()) {
+          return s;
+        }
+      }
     }
     if (ts_kind != RdsSocket::Timestamp::kOff && m->received_at != absl::Time()) {
       if (absl::Status s = PutTimestamp(cmsg, ts_kind, m->received_at); !s.ok()) return s;

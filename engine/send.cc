@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
+#include "engine/rdma.h"
 #include "engine/shm_arena.h"
 #include "engine/share.h"
 #include "engine/socket.h"
@@ -155,10 +156,29 @@ absl::Status CheckControlShape(ControlMessages& cm, int flags, bool* has_cookie)
   return absl::OkStatus();
 }
 
-// rds_cmsg_send for a transport with neither memory registration, RDMA nor
-// atomics (TCP). Returns the zerocopy cookie, if any.
-absl::StatusOr<std::optional<uint32_t>> ApplyControl(ControlMessages& cm, bool zcopy) {
-  std::optional<uint32_t> cookie;
+// What rds_cmsg_send gives a message.
+struct AppliedControl {
+  std::optional<uint32_t> zcopy_cookie;
+  std::optional<uint64_t> rdma_dest;  // an RDMA_DEST cookie of one of the socket's regions
+  std::shared_ptr<MemoryRegion> rdma_region;
+};
+
+// Says once per process that the initiator's side of the RDMA API is missing.
+void SayRdmaOpsMissing() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    log::Warn("RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_MAP / atomics on a socket over RDMA: "
+              "rds-preload does not issue RDMA operations yet (EOPNOTSUPP); peers can read and "
+              "write memory registered here (RDS_GET_MR)");
+  }
+}
+
+// rds_cmsg_send. TCP has neither memory registration, RDMA nor atomics;
+// over RDMA the socket's regions may be offered (RDMA_DEST), and operations
+// are not issued yet (loudly refused, SayRdmaOpsMissing).
+absl::StatusOr<AppliedControl> ApplyControl(RdsSocket& rs, ControlMessages& cm, bool zcopy,
+                                            int transport) {
+  AppliedControl out;
   bool unsupported_op = false;
   absl::Status s = cm.ForEachRds([&](const cmsghdr& c) -> absl::Status {
     switch (c.cmsg_type) {
@@ -166,20 +186,26 @@ absl::StatusOr<std::optional<uint32_t>> ApplyControl(ControlMessages& cm, bool z
         unsupported_op = true;  // no xmit_rdma: EOPNOTSUPP once all are parsed
         return absl::OkStatus();
       case RDS_CMSG_RDMA_DEST: {
-        uint64_t key;
-        if (absl::Status s = CmsgPayload(c, &key); !s.ok()) return s;
-        return RdsError(EINVAL);  // no memory region has that key
+        uint64_t cookie;
+        if (absl::Status s = CmsgPayload(c, &cookie); !s.ok()) return s;
+        if (out.rdma_dest) return RdsError(EINVAL);  // one per message
+        absl::StatusOr<std::shared_ptr<MemoryRegion>> region = rdma::DestRegion(rs, cookie);
+        if (!region.ok()) return region.status();  // no region has that key
+        out.rdma_dest = cookie;
+        out.rdma_region = *std::move(region);
+        return absl::OkStatus();
       }
       case RDS_CMSG_RDMA_MAP: {
         rds_get_mr_args args;
         if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
-        return RdsError(EOPNOTSUPP);  // no get_mr
+        if (transport == kTransIb) SayRdmaOpsMissing();
+        return RdsError(EOPNOTSUPP);  // no get_mr (TCP), not yet (RDMA)
       }
       case RDS_CMSG_ZCOPY_COOKIE: {
         uint32_t v;
         if (!zcopy) return RdsError(EINVAL);  // no zerocopy notifier
         if (absl::Status s = CmsgPayload(c, &v); !s.ok()) return s;
-        cookie = v;
+        out.zcopy_cookie = v;
         return absl::OkStatus();
       }
       default: {  // atomics
@@ -191,8 +217,11 @@ absl::StatusOr<std::optional<uint32_t>> ApplyControl(ControlMessages& cm, bool z
     }
   });
   if (!s.ok()) return s;
-  if (unsupported_op) return RdsError(EOPNOTSUPP);
-  return cookie;
+  if (unsupported_op) {
+    if (transport == kTransIb) SayRdmaOpsMissing();
+    return RdsError(EOPNOTSUPP);
+  }
+  return out;
 }
 
 absl::Status WaitForUncongested(RdsSocket& rs, const RdsEndpoint& dest, int flags) {
@@ -360,9 +389,15 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   }
   stats::Add(stats::kCopyFromUser, len);
   if (!cm.empty()) {
-    absl::StatusOr<std::optional<uint32_t>> cookie = ApplyControl(cm, zcopy);
-    if (!cookie.ok()) return cookie.status();
-    m->zcopy_cookie = *cookie;
+    absl::StatusOr<AppliedControl> applied = ApplyControl(rs, cm, zcopy, transport);
+    if (!applied.ok()) return applied.status();
+    m->zcopy_cookie = applied->zcopy_cookie;
+    // The cookie travels in the header as the kernel's RDMA transport puts
+    // it there (its loopback does not: a same-host receiver gets none).
+    if (applied->rdma_dest && !local_dest) {
+      wire::ExtWriter(&m->header).RdmaDest(*applied->rdma_dest);
+      m->rdma_region = std::move(applied->rdma_region);
+    }
   }
   m->header.len = static_cast<uint32_t>(len);
   m->header.sport = source.port;

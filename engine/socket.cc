@@ -20,6 +20,7 @@
 #include "engine/errors.h"
 #include "engine/log.h"
 #include "engine/readiness.h"
+#include "engine/rdma.h"
 #include "engine/registry.h"
 #include "engine/share.h"
 #include "engine/stats.h"
@@ -375,6 +376,7 @@ void Release(RdsSocket& rs) {
   // still finds it drops the message as for a dead socket. Queued sends go
   // on unless their destination is unreachable (Engine::ReleaseSender).
   Unbind(rs);
+  rdma::DropKeys(rs);
   if (has_sent) Engine::Get().ReleaseSender(rs.shared_from_this());
   HostRegistry::Get().ReleaseSocket(rs.id);
 }

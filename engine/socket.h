@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/sync.h"
@@ -43,6 +44,7 @@ inline constexpr int kTransTcp = 2;
 inline constexpr int kTransLoop = 3;  // kernel-internal RDS_TRANS_LOOP, shown for 127.x binds
 
 class DirectReceive;
+class MemoryRegion;  // transports/transport.h
 namespace share {
 struct Client;
 }
@@ -109,6 +111,12 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
   bool has_sent ABSL_GUARDED_BY(mu) = false;  // kernel: rs_conn cached
 
   std::deque<MessagePtr> recv_queue ABSL_GUARDED_BY(mu);
+  // RDMA memory regions registered on this socket, by rkey (engine/rdma.h).
+  struct RdmaKey {
+    std::shared_ptr<MemoryRegion> region;
+    bool use_once = false;  // released by the first message that says it was used
+  };
+  absl::flat_hash_map<uint32_t, RdmaKey> rdma_keys ABSL_GUARDED_BY(mu);
   // A waiting recvmsg's buffer, offered for the next large message
   // (engine/direct_receive.h); changed only with the run lock held too.
   DirectReceive* direct ABSL_GUARDED_BY(mu) = nullptr;

@@ -15,6 +15,7 @@
 #include "engine/errors.h"
 #include "engine/info.h"
 #include "engine/log.h"
+#include "engine/rdma.h"
 #include "engine/share.h"
 #include "engine/socket.h"
 #include "engine/sys.h"
@@ -244,34 +245,19 @@ absl::Status SetRxPathLatency(RdsSocket& rs, const void* optval, socklen_t optle
   return absl::OkStatus();
 }
 
-// GET_MR / GET_MR_FOR_DEST / FREE_MR on a transport without memory
-// registration (rdma.c with TCP).
-absl::Status MemoryRegistration(RdsSocket& rs, int name, const void* optval, socklen_t optlen) {
-  size_t want = name == RDS_GET_MR            ? sizeof(rds_get_mr_args)
-                : name == RDS_GET_MR_FOR_DEST ? sizeof(rds_get_mr_for_dest_args)
-                                              : sizeof(rds_free_mr_args);
-  if (optlen != want) return RdsError(EINVAL);
-  std::vector<uint8_t> args(want);
-  if (absl::Status s = usercopy::FromUser(args.data(), optval, want); !s.ok()) return s;
-  if (name == RDS_FREE_MR) return RdsError(EINVAL);  // no flush_mrs, no such key
-  rds::MutexLock lock(&rs.mu);
-  if (!rs.bound || rs.transport == kTransNone) return RdsError(ENOTCONN);
-  if (rs.transport == kTransIb) {
-    // The kernel registers the memory here; rds-preload does not yet.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      log::Warn("RDS_GET_MR / RDS_FREE_MR on a socket over RDMA: the RDMA API is not implemented "
-                "by rds-preload yet (EOPNOTSUPP)");
-    }
-  }
-  return RdsError(EOPNOTSUPP);
-}
-
 }  // namespace
 
 absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* optval,
                         socklen_t optlen) {
   if (rs.remote.load(std::memory_order_acquire)) {
+    if (level == SOL_RDS &&
+        (name == RDS_GET_MR || name == RDS_GET_MR_FOR_DEST || name == RDS_FREE_MR)) {
+      // The socket's owner is another process: it cannot register this
+      // process's memory (its own would be named by the address).
+      log::Warn("RDS_GET_MR / RDS_FREE_MR on a socket another process owns (inherited or "
+                "passed): memory registration needs the owning process (EOPNOTSUPP)");
+      return RdsError(EOPNOTSUPP);
+    }
     absl::Status s = share::SetSockOpt(rs, level, name, optval, optlen);
     if (!share::Adopted(s)) return s;
   }
@@ -283,7 +269,7 @@ absl::Status SetSockOpt(RdsSocket& rs, int fd, int level, int name, const void* 
     case RDS_GET_MR:
     case RDS_GET_MR_FOR_DEST:
     case RDS_FREE_MR:
-      return MemoryRegistration(rs, name, optval, optlen);
+      return rdma::SetMemoryOption(rs, name, optval, optlen);
     case RDS_RECVERR: {
       bool v;
       if (absl::Status s = SetBool(optval, optlen, &v); !s.ok()) return s;

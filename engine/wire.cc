@@ -147,6 +147,7 @@ ExtHeaders ParseExtHeaders(const Header& h) {
   ForEachExt(h, [&out](uint8_t type, size_t, const uint8_t* d) {
     switch (type) {
       case kExtVersion: out.version = Be32(d); break;
+      case kExtRdma: out.rdma_rkey = Be32(d); break;
       case kExtRdmaDest:
         out.rdma_dest = uint64_t{Be32(d)} | (uint64_t{Be32(d + 4)} << 32);
         break;
@@ -180,6 +181,13 @@ bool ExtWriter::GenNum(uint32_t gen) {
   uint8_t d[4];
   PutBe32(d, gen);
   return Append(kExtGenNum, d);
+}
+
+bool ExtWriter::RdmaDest(uint64_t cookie) {
+  uint8_t d[8];
+  PutBe32(d, static_cast<uint32_t>(cookie));
+  PutBe32(d + 4, static_cast<uint32_t>(cookie >> 32));
+  return Append(kExtRdmaDest, d);
 }
 
 bool AddShimPayloadRef(Header* h, uint64_t offset) {

@@ -93,6 +93,7 @@ absl::Status ValidateLength(const Header& h);
 // Types below 16 with no known size are skipped as zero-length.
 struct ExtHeaders {
   std::optional<uint32_t> version;
+  std::optional<uint32_t> rdma_rkey;  // the region an RDMA operation before this message used
   std::optional<uint64_t> rdma_dest;  // rkey | offset << 32 (the RDMA_DEST cookie)
   std::optional<uint16_t> npaths;
   std::optional<uint32_t> gen_num;
@@ -110,6 +111,8 @@ class ExtWriter {
   explicit ExtWriter(Header* h) : h_(h) {}
   bool Npaths(uint16_t n);
   bool GenNum(uint32_t gen);
+  // An RDMA_DEST cookie (rkey | offset << 32) offered to the peer.
+  bool RdmaDest(uint64_t cookie);
   bool SportIdx();  // "my client connections put the path index in their source port"
   bool ShimHello();
   bool ShimControl(uint8_t opcode);

@@ -166,6 +166,18 @@ struct TransportContext {
   std::function<void(std::shared_ptr<Link> link, std::shared_ptr<NetNs> from_ns)> on_accept;
 };
 
+// Memory of this process registered for the peers' RDMA operations (the
+// kernel's struct rds_mr, get_mr): peers name it by `rkey`, and address it
+// zero-based from the start of its first page (the kernel's FRWR mapping,
+// rds-ib.md §6.2), so a cookie's offset is the region's in-page offset.
+// Destroying it deregisters the memory: peers' accesses fail from then on.
+// Any thread.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  virtual uint32_t rkey() const = 0;
+};
+
 class Transport {
  public:
   struct Capabilities {
@@ -197,6 +209,16 @@ class Transport {
   // `ns` (RDMA: the address is on an RDMA device there). Any thread.
   virtual bool CarriesFrom(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) {
     return true;
+  }
+  // Registers [addr, addr + len) of this process for RDMA by peers reached
+  // from `laddr` in `ns` (the device that address is on), with local write and
+  // remote read and write access (as the kernel always does). Errors carry
+  // the errno reason in words: InvalidArgument (bad range), PermissionDenied
+  // (memory lock limit), ResourceExhausted, Unimplemented (no RDMA here).
+  // Any thread.
+  virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
+      const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr, void* addr, size_t len) {
+    return absl::UnimplementedError("this transport registers no memory");
   }
   // A connection of this transport that another engine of the host accepted
   // and handed over (Link::HandOver) arrived as descriptor `fd`: the link over

@@ -60,6 +60,24 @@ TEST(WireTest, ProbeCarriesNpathsThenGenNumAsAKernelParsesThem) {
   EXPECT_EQ(e.gen_num, 0xdeadbeefu);
 }
 
+TEST(WireTest, RdmaDestCookieIsRkeyThenOffsetBigEndianAsTheKernelWritesIt) {
+  Header h;
+  ASSERT_TRUE(ExtWriter(&h).RdmaDest(0x00000c8012345678ull));  // rkey 0x12345678, offset 0xc80
+  // 03 12 34 56 78 00 00 0c 80 | 00 (rds-ib.md §6.5)
+  const uint8_t want[] = {kExtRdmaDest, 0x12, 0x34, 0x56, 0x78, 0x00, 0x00, 0x0c, 0x80, kExtNone};
+  for (size_t i = 0; i < sizeof want; ++i) EXPECT_EQ(h.exthdr[i], want[i]) << i;
+  EXPECT_EQ(ParseExtHeaders(h).rdma_dest, 0x00000c8012345678ull);
+  EXPECT_FALSE(ParseExtHeaders(h).rdma_rkey.has_value());
+}
+
+TEST(WireTest, RdmaRecordNamesTheRegionAKernelsOperationUsed) {
+  Header h;
+  h.exthdr = {kExtRdma, 0xab, 0xcd, 0x00, 0x01, kExtNone};
+  ExtHeaders e = ParseExtHeaders(h);
+  EXPECT_EQ(e.rdma_rkey, 0xabcd0001u);
+  EXPECT_FALSE(e.rdma_dest.has_value());
+}
+
 TEST(WireTest, UnknownTypeAbove16StopsParsingLikeTheKernel) {
   Header h;
   h.exthdr = {kExtNpaths, 0, 1, 0x30, kExtGenNum, 0, 0, 0, 9};

@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<VerbsApi>> OpenVerbs(const std::string& ibverbs_s
   RDS_RESOLVE(ibv, i, ibv, alloc_pd, "ibv_alloc_pd");
   RDS_RESOLVE(ibv, i, ibv, dealloc_pd, "ibv_dealloc_pd");
   RDS_RESOLVE(ibv, i, ibv, reg_mr, "ibv_reg_mr");
+  RDS_RESOLVE(ibv, i, ibv, reg_mr_iova, "ibv_reg_mr_iova");
   RDS_RESOLVE(ibv, i, ibv, dereg_mr, "ibv_dereg_mr");
   RDS_RESOLVE(ibv, i, ibv, create_comp_channel, "ibv_create_comp_channel");
   RDS_RESOLVE(ibv, i, ibv, destroy_comp_channel, "ibv_destroy_comp_channel");

@@ -34,6 +34,7 @@ struct VerbsApi {
     decltype(&::ibv_alloc_pd) alloc_pd;
     decltype(&::ibv_dealloc_pd) dealloc_pd;
     decltype(&::ibv_reg_mr) reg_mr;
+    decltype(&::ibv_reg_mr_iova) reg_mr_iova;
     decltype(&::ibv_dereg_mr) dereg_mr;
     decltype(&::ibv_create_comp_channel) create_comp_channel;
     decltype(&::ibv_destroy_comp_channel) destroy_comp_channel;

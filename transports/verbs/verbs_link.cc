@@ -49,12 +49,14 @@ absl::Status VerbsLink::Attach() {
   if (id_ == nullptr || id_->verbs == nullptr) {
     return absl::FailedPreconditionError("the RDMA CM id has no device (address not resolved)");
   }
-  pd_ = api_.ibv.alloc_pd(id_->verbs);
-  channel_ = pd_ ? api_.ibv.create_comp_channel(id_->verbs) : nullptr;
+  absl::StatusOr<SharedPd> pd = ProtectionDomainFor(api_, id_->verbs);
+  if (!pd.ok()) return pd.status();
+  pd_ = *std::move(pd);
+  channel_ = api_.ibv.create_comp_channel(id_->verbs);
   cq_ = channel_ ? api_.ibv.create_cq(id_->verbs, sizes_.recv_slots + sizes_.send_slots + 1,
                                       this, channel_, 0)
                  : nullptr;
-  if (cq_ == nullptr) return absl::ResourceExhaustedError("cannot allocate a PD, channel or CQ");
+  if (cq_ == nullptr) return absl::ResourceExhaustedError("cannot allocate a channel or CQ");
   const int flags = sys::Fcntl(channel_->fd, F_GETFL, 0);
   if (flags < 0 || sys::Fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     return absl::InternalError("cannot make the completion channel non-blocking");
@@ -66,7 +68,7 @@ absl::Status VerbsLink::Attach() {
   qa.cap.max_recv_wr = static_cast<uint32_t>(sizes_.recv_slots);
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  if (api_.cm.create_qp(id_, pd_, &qa) != 0) {
+  if (api_.cm.create_qp(id_, pd_.get(), &qa) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("rdma_create_qp: ", strerror(errno)));
   }
   qp_created_ = true;
@@ -74,8 +76,8 @@ absl::Status VerbsLink::Attach() {
   // fragment each plus one header for the ack frame.
   rx_.resize(size_t(sizes_.recv_slots) * ib::kReceiveBufferSize);
   tx_.resize(size_t(sizes_.send_slots) * ib::kReceiveBufferSize + wire::kHeaderSize);
-  rx_mr_ = api_.ibv.reg_mr(pd_, rx_.data(), rx_.size(), IBV_ACCESS_LOCAL_WRITE);
-  tx_mr_ = api_.ibv.reg_mr(pd_, tx_.data(), tx_.size(), 0);
+  rx_mr_ = api_.ibv.reg_mr(pd_.get(), rx_.data(), rx_.size(), IBV_ACCESS_LOCAL_WRITE);
+  tx_mr_ = api_.ibv.reg_mr(pd_.get(), tx_.data(), tx_.size(), 0);
   if (rx_mr_ == nullptr || tx_mr_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("ibv_reg_mr: ", strerror(errno)));
   }
@@ -104,8 +106,7 @@ void VerbsLink::Release() {
   cq_ = nullptr;
   if (channel_ != nullptr) api_.ibv.destroy_comp_channel(channel_);
   channel_ = nullptr;
-  if (pd_ != nullptr) api_.ibv.dealloc_pd(pd_);
-  pd_ = nullptr;
+  pd_.reset();  // the device's domain, freed with its last holder
   // No event of the id may be unacknowledged here (rdma_destroy_id waits for
   // them): the transport acknowledges each before acting on it.
   if (id_ != nullptr) api_.cm.destroy_id(id_);

@@ -1,8 +1,10 @@
 // transports/verbs/verbs_link.h — a Link over one RC queue pair, speaking kernel
 // rds_rdma's wire (ib_wire.h) with its acknowledgements (ib_ack.h).
 //
-// The link owns the queue pair it creates on an RDMA CM id, its completion queue
-// and channel (in the engine's event loop), and two areas registered once: a
+// The link owns the queue pair it creates on an RDMA CM id (in the device's
+// shared protection domain, protection_domain.h, where the socket's memory
+// regions are too), its completion queue and channel (in the engine's event
+// loop), and two areas registered once: a
 // ring of receive buffers (a header and a 4 KiB fragment each), posted before
 // the connection is made, and a ring of send slots into which each fragment
 // (its message's header, then up to 4 KiB of payload) is copied. The transport
@@ -33,6 +35,7 @@
 #include "transports/transport.h"
 #include "transports/verbs/ib_ack.h"
 #include "transports/verbs/ib_wire.h"
+#include "transports/verbs/protection_domain.h"
 #include "transports/verbs/verbs_api.h"
 
 namespace rds::verbs {
@@ -113,7 +116,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   Callbacks cb_;
   std::optional<Endpoints> endpoints_;
 
-  ibv_pd* pd_ = nullptr;
+  SharedPd pd_;  // the device's (protection_domain.h)
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   bool qp_created_ = false;

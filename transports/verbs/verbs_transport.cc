@@ -2,6 +2,7 @@
 #include "transports/verbs/verbs_transport.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 #include <sys/epoll.h>
 
 #include <cstring>
@@ -12,10 +13,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/errors.h"
 #include "engine/log.h"
 #include "engine/sync.h"
 #include "engine/sys.h"
 #include "transports/verbs/ib_wire.h"
+#include "transports/verbs/protection_domain.h"
 #include "transports/verbs/verbs_api.h"
 
 namespace rds::verbs {
@@ -23,6 +26,11 @@ namespace {
 
 // The kernel's resolve timeouts (RDS_RDMA_RESOLVE_TIMEOUT_MS).
 constexpr int kResolveTimeoutMs = 5000;
+// An outgoing connection not up by then is given up (and retried by the
+// engine). The CM's own REQ retries can run for a minute, and while ours is
+// pending every request of the peer is refused as a race (rds-ib.md §1.8):
+// one lost exchange must not keep the two apart that long.
+constexpr absl::Duration kConnectDeadline = absl::Seconds(8);
 constexpr int kListenBacklog = 128;
 // How often an engine that could not listen (the ports held) tries again.
 constexpr absl::Duration kRelistenEvery = absl::Seconds(5);
@@ -97,6 +105,26 @@ struct CmEvent {
   uint8_t responder_resources = 0, initiator_depth = 0;
 };
 
+uint64_t PageSize() {
+  static const uint64_t size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+// A region registered on the device's shared domain (protection_domain.h),
+// which it keeps alive.
+class VerbsMemoryRegion final : public MemoryRegion {
+ public:
+  VerbsMemoryRegion(const VerbsApi& api, SharedPd pd, ibv_mr* mr)
+      : api_(api), pd_(std::move(pd)), mr_(mr) {}
+  ~VerbsMemoryRegion() override { api_.ibv.dereg_mr(mr_); }
+  uint32_t rkey() const override { return mr_->rkey; }
+
+ private:
+  const VerbsApi& api_;
+  const SharedPd pd_;
+  ibv_mr* const mr_;
+};
+
 class VerbsTransport final : public Transport {
  public:
   VerbsTransport(const TransportContext& ctx, VerbsLink::Sizes sizes) : ctx_(ctx), sizes_(sizes) {}
@@ -158,33 +186,45 @@ class VerbsTransport final : public Transport {
     link->set_endpoints(Link::Endpoints{{to.laddr, 0}, {to.faddr, v6 ? ib::kCmPortV6
                                                                         : ib::kCmPortV4}});
     Track(id, link, AddressPair{to.laddr, to.faddr}, v6);
+    std::weak_ptr<VerbsLink> weak = link;
+    ctx_.loop->After(kConnectDeadline, [weak] {
+      std::shared_ptr<VerbsLink> l = weak.lock();
+      if (l && !l->closed() && !l->established()) {
+        l->Fail(absl::DeadlineExceededError("not connected within the connect deadline"));
+      }
+    });
     return std::shared_ptr<Link>(link);
   }
 
   bool Available() override { return Usable().ok(); }
 
   bool CarriesFrom(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) override {
-    const auto key = std::make_pair(ns->key(), laddr);
-    rds::MutexLock lock(&carries_mu_);
-    if (auto it = carries_.find(key); it != carries_.end()) return it->second;
-    // The kernel's check (rds_ib_laddr_check): an id binds to the address
-    // and lands on an RDMA device.
-    bool yes = false;
-    if (absl::StatusOr<const VerbsApi*> usable = Usable(); usable.ok()) {
-      const VerbsApi& api = **usable;
-      ns->RunIn([&]() -> absl::Status {
-        rdma_cm_id* id = nullptr;
-        if (api.cm.create_id(nullptr, &id, nullptr, RDMA_PS_TCP) != 0) return absl::OkStatus();
-        sockaddr_storage sa = CmAddress(laddr, 0);
-        yes = api.cm.bind_addr(id, reinterpret_cast<sockaddr*>(&sa)) == 0 && id->verbs != nullptr;
-        api.cm.destroy_id(id);
-        return absl::OkStatus();
-      }).IgnoreError();
-      log::Info("%s %s on an RDMA device: its connections to other hosts use %s",
-                laddr.ToString(), yes ? "is" : "is not", yes ? "RDMA verbs" : "TCP");
+    return DeviceOf(ns, laddr) != nullptr;
+  }
+
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(const std::shared_ptr<NetNs>& ns,
+                                                               const RdsAddr& laddr, void* addr,
+                                                               size_t len) override {
+    ibv_context* device = DeviceOf(ns, laddr);
+    if (device == nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat(laddr.ToString(), " is not on an RDMA device"));
     }
-    carries_[key] = yes;
-    return yes;
+    absl::StatusOr<const VerbsApi*> api = Usable();
+    if (!api.ok()) return api.status();
+    absl::StatusOr<SharedPd> pd = ProtectionDomainFor(**api, device);
+    if (!pd.ok()) return pd.status();
+    // Zero-based from the first page, as the kernel maps its regions: a
+    // peer's address is the cookie's in-page offset plus its own offset.
+    const uint64_t iova = reinterpret_cast<uintptr_t>(addr) & (PageSize() - 1);
+    ibv_mr* mr = (*api)->ibv.reg_mr_iova(
+        pd->get(), addr, len, iova,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    if (mr == nullptr) {
+      const int err = errno != 0 ? errno : ENOMEM;
+      return RdsError(err == EINVAL ? EFAULT : err);  // EINVAL: not mapped (writable)
+    }
+    return std::unique_ptr<MemoryRegion>(new VerbsMemoryRegion(**api, *std::move(pd), mr));
   }
 
   void WithdrawAtExit() override {
@@ -194,6 +234,31 @@ class VerbsTransport final : public Transport {
   }
 
  private:
+  // The device context `laddr` is on in `ns`, or null: the kernel's check
+  // (rds_ib_laddr_check), an id bound to the address lands on a device.
+  // librdmacm keeps its device contexts open for the process's life.
+  ibv_context* DeviceOf(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) {
+    const auto key = std::make_pair(ns->key(), laddr);
+    rds::MutexLock lock(&devices_mu_);
+    if (auto it = devices_.find(key); it != devices_.end()) return it->second;
+    ibv_context* device = nullptr;
+    if (absl::StatusOr<const VerbsApi*> usable = Usable(); usable.ok()) {
+      const VerbsApi& api = **usable;
+      ns->RunIn([&]() -> absl::Status {
+        rdma_cm_id* id = nullptr;
+        if (api.cm.create_id(nullptr, &id, nullptr, RDMA_PS_TCP) != 0) return absl::OkStatus();
+        sockaddr_storage sa = CmAddress(laddr, 0);
+        if (api.cm.bind_addr(id, reinterpret_cast<sockaddr*>(&sa)) == 0) device = id->verbs;
+        api.cm.destroy_id(id);
+        return absl::OkStatus();
+      }).IgnoreError();
+      log::Info("%s %s on an RDMA device: its connections to other hosts use %s",
+                laddr.ToString(), device ? "is" : "is not", device ? "RDMA verbs" : "TCP");
+    }
+    devices_[key] = device;
+    return device;
+  }
+
   struct Listener {
     std::shared_ptr<NetNs> ns;
     bool v6;
@@ -512,8 +577,10 @@ class VerbsTransport final : public Transport {
   absl::flat_hash_map<rdma_cm_id*, Listener> listeners_;
   absl::flat_hash_map<rdma_cm_id*, Tracked> ids_;
   absl::flat_hash_map<AddressPair, std::weak_ptr<VerbsLink>> pairs_;
-  rds::Mutex carries_mu_;
-  absl::flat_hash_map<std::pair<NetNsKey, RdsAddr>, bool> carries_ ABSL_GUARDED_BY(carries_mu_);
+  rds::Mutex devices_mu_;
+  // The device each local address is on (null: none), found once.
+  absl::flat_hash_map<std::pair<NetNsKey, RdsAddr>, ibv_context*> devices_
+      ABSL_GUARDED_BY(devices_mu_);
 };
 
 }  // namespace
