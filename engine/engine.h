@@ -106,9 +106,10 @@ class Engine {
   // (engine/rdma.h; Transport::RegisterMemory). Any thread.
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(const std::shared_ptr<NetNs>& ns,
                                                                const RdsAddr& laddr, void* addr,
-                                                               size_t len) const {
+                                                               size_t len,
+                                                               bool remote_access) const {
     if (!transports_.rdma) return absl::UnimplementedError("no RDMA transport");
-    return transports_.rdma->RegisterMemory(ns, laddr, addr, len);
+    return transports_.rdma->RegisterMemory(ns, laddr, addr, len, remote_access);
   }
 
   // Routes and transmits a message admitted by sendmsg: `m->sender` is set
@@ -223,6 +224,7 @@ class Engine {
   void DeliverLocally(Connection& c, MessagePtr m);
   void PathSend(Path& p, MessagePtr m);
   void Transmit(Path& p, MessagePtr m);
+  bool TransmitsRdmaOp(Path& p, Message& m);
   void SendControl(Path& p, MessagePtr m);
   void OnAck(Path& p, uint64_t ack);
   void ScheduleAck(Path& p, bool urgent);

@@ -27,6 +27,7 @@ namespace rds {
 
 class RdsSocket;
 class MemoryRegion;  // transports/transport.h
+struct RdmaOp;       // engine/rdma.h
 
 // Monotonic nanoseconds (the clock of the RX latency trace points).
 int64_t MonotonicNs();
@@ -151,6 +152,10 @@ struct Message {
   // (engine/rdma.h), kept registered while the message lives, as the kernel
   // holds its MR.
   std::shared_ptr<MemoryRegion> rdma_region;
+  // Sending side: the RDMA operation that goes before this message (its
+  // header has the RDMA record naming the peer's region); only an RDMA link
+  // can do it.
+  std::shared_ptr<RdmaOp> rdma_op;
   // Receiving side: when the message was queued to the socket (SO_TIMESTAMP).
   absl::Time received_at;
   // Receiving side: monotonic ns at the kernel's RX trace points (header

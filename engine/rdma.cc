@@ -39,7 +39,7 @@ bool CanLockMemory() {
 
 // __rds_rdma_map for GET_MR and GET_MR_FOR_DEST (whose destination the
 // kernel ignores too).
-absl::Status GetMr(RdsSocket& rs, const rds_get_mr_args& args) {
+absl::StatusOr<uint64_t> GetMr(RdsSocket& rs, const rds_get_mr_args& args) {
   std::shared_ptr<NetNs> ns;
   RdsAddr laddr;
   {
@@ -57,7 +57,7 @@ absl::Status GetMr(RdsSocket& rs, const rds_get_mr_args& args) {
   if (pages == 0) return RdsError(EINVAL);
   if (pages - 1 > wire::kMaxMessageSize / page) return RdsError(EMSGSIZE);
   absl::StatusOr<std::unique_ptr<MemoryRegion>> made = Engine::Get().RegisterMemory(
-      ns, laddr, reinterpret_cast<void*>(args.vec.addr), args.vec.bytes);
+      ns, laddr, reinterpret_cast<void*>(args.vec.addr), args.vec.bytes, /*remote_access=*/true);
   if (!made.ok()) {
     log::Debug("RDS_GET_MR of %llu bytes: %s", static_cast<unsigned long long>(args.vec.bytes),
                made.status().ToString());
@@ -76,7 +76,7 @@ absl::Status GetMr(RdsSocket& rs, const rds_get_mr_args& args) {
   const uint32_t rkey = region->rkey();
   rds::MutexLock lock(&rs.mu);
   rs.rdma_keys[rkey] = RdsSocket::RdmaKey{std::move(region), (args.flags & RDS_RDMA_USE_ONCE) != 0};
-  return absl::OkStatus();
+  return cookie;
 }
 
 // rds_free_mr: cookie 0 flushes the transport's unused regions (the shim
@@ -113,7 +113,54 @@ absl::Status SetMemoryOption(RdsSocket& rs, int name, const void* optval, sockle
     args.cookie_addr = dest.cookie_addr;
     args.flags = dest.flags;
   }
+  return GetMr(rs, args).status();
+}
+
+absl::StatusOr<uint64_t> MapForMessage(RdsSocket& rs, const rds_get_mr_args& args) {
   return GetMr(rs, args);
+}
+
+absl::StatusOr<std::shared_ptr<RdmaOp>> MakeOp(RdsSocket& rs, const rds_rdma_args& args) {
+  auto op = std::make_shared<RdmaOp>();
+  std::shared_ptr<NetNs> ns;
+  RdsAddr laddr;
+  {
+    rds::MutexLock lock(&rs.mu);
+    if (!rs.bound) return RdsError(ENOTCONN);
+    ns = rs.ns;
+    laddr = rs.bound->addr;
+    op->recverr = rs.recverr;
+  }
+  // (nr_local and each vector's shape were checked by rds_rm_size's walk.)
+  std::vector<rds_iovec> local(args.nr_local);
+  if (absl::Status s = usercopy::FromUser(local.data(),
+                                          reinterpret_cast<const void*>(args.local_vec_addr),
+                                          local.size() * sizeof(rds_iovec));
+      !s.ok()) {
+    return s;
+  }
+  uint64_t total = 0;
+  for (const rds_iovec& v : local) total += v.bytes;
+  if (total > args.remote_vec.bytes) return RdsError(EINVAL);
+  for (const rds_iovec& v : local) {
+    absl::StatusOr<std::unique_ptr<MemoryRegion>> made = Engine::Get().RegisterMemory(
+        ns, laddr, reinterpret_cast<void*>(v.addr), v.bytes, /*remote_access=*/false);
+    if (!made.ok()) {
+      log::Debug("RDMA operation's local memory: %s", made.status().ToString());
+      const int err = ErrnoOf(made.status());
+      return RdsError(err == EIO ? ENOMEM : err);
+    }
+    op->local.push_back({v.addr, static_cast<uint32_t>(v.bytes), (*made)->lkey()});
+    op->regions.push_back(*std::move(made));
+  }
+  op->write = (args.flags & RDS_RDMA_READWRITE) != 0;
+  op->fence = (args.flags & RDS_RDMA_FENCE) != 0;
+  op->notify = (args.flags & RDS_RDMA_NOTIFY_ME) != 0;
+  op->token = args.user_token;
+  op->rkey = static_cast<uint32_t>(args.cookie);
+  op->remote_addr = args.remote_vec.addr + (args.cookie >> 32);
+  op->socket = rs.weak_from_this();
+  return op;
 }
 
 absl::StatusOr<std::shared_ptr<MemoryRegion>> DestRegion(RdsSocket& rs, uint64_t cookie) {
@@ -139,3 +186,18 @@ void DropKeys(RdsSocket& rs) {
 }
 
 }  // namespace rds::rdma
+
+namespace rds {
+
+void RdmaOp::Finish(int status) {
+  if (finished.exchange(true)) return;
+  if (!notify && !(recverr && status != RDS_RDMA_SUCCESS)) return;
+  std::shared_ptr<RdsSocket> rs = socket.lock();
+  if (!rs) return;
+  rds::MutexLock lock(&rs->mu);
+  if (rs->released) return;
+  rs->rdma_notify.push_back({token, status});
+  rs->NotifyLocked(/*arrival=*/true);
+}
+
+}  // namespace rds

@@ -7,10 +7,11 @@
 // rkey | in-page offset << 32 (rds-ib.md §6.1–§6.2). Regions are found by
 // rkey, per socket, and go when the socket closes.
 //
-// Not built yet, refused loudly by sendmsg (EOPNOTSUPP and a log line): the
-// initiator's side — RDS_CMSG_RDMA_ARGS, RDS_CMSG_RDMA_MAP, atomics and the
-// RDMA_STATUS notifications. Peers (kernel nodes included) can read and write
-// a region registered here.
+// The initiator's side: RDS_CMSG_RDMA_ARGS makes an RdmaOp that rides on its
+// message to the RDMA link, which posts the RDMA WRITE or READ before the
+// message's SENDs (rds-ib.md §6.4) and finishes the op with its completion;
+// RDS_CMSG_RDMA_STATUS notifications are queued on the socket. RDMA_MAP is
+// GET_MR plus RDMA_DEST. Not built (EOPNOTSUPP and a warning): atomics.
 //
 // Thread-safety: any thread; the socket's lock guards its regions.
 #ifndef RDS_ENGINE_RDMA_H_
@@ -18,8 +19,12 @@
 
 #include <sys/socket.h>
 
+#include <linux/rds.h>
+
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,12 +33,48 @@
 
 namespace rds {
 class MemoryRegion;
+
+// One RDMA operation of a message (the kernel's rm_rdma_op), made by sendmsg
+// and done by the link that carries the message (any thread: the engine
+// thread, or a sender's on the inline path).
+struct RdmaOp {
+  bool write = false;   // RDMA WRITE (local to remote); else READ
+  bool fence = false;   // the message's SENDs wait for it (IBV_SEND_FENCE)
+  bool notify = false;  // NOTIFY_ME
+  bool recverr = false; // RDS_RECVERR on the socket: failures are notified anyway
+  uint64_t token = 0;   // user_token
+  uint32_t rkey = 0;
+  uint64_t remote_addr = 0;  // the cookie's offset plus remote_vec.addr
+  struct Segment {
+    uint64_t addr;
+    uint32_t len;
+    uint32_t lkey;
+  };
+  std::vector<Segment> local;  // one work request each, at consecutive remote addresses
+  std::vector<std::shared_ptr<MemoryRegion>> regions;  // the local segments' registrations
+  std::weak_ptr<RdsSocket> socket;
+  std::atomic<bool> finished{false};
+
+  // The op ended with `status` (RDS_RDMA_SUCCESS, _REMOTE_ERROR, _CANCELED,
+  // _DROPPED, _OTHER_ERROR): an RDS_CMSG_RDMA_STATUS notification is queued if
+  // asked for (or on failure with RDS_RECVERR). Only the first call counts.
+  void Finish(int status);
+};
 }
 
 namespace rds::rdma {
 
 // setsockopt(SOL_RDS, RDS_GET_MR | RDS_GET_MR_FOR_DEST | RDS_FREE_MR).
 absl::Status SetMemoryOption(RdsSocket& rs, int name, const void* optval, socklen_t optlen);
+
+// RDS_CMSG_RDMA_ARGS on sendmsg from a socket bound to `laddr` over RDMA:
+// the operation, its local segments registered (rds_cmsg_rdma_args' checks:
+// EINVAL when the local bytes exceed the remote ones; EFAULT for memory that
+// cannot be registered).
+absl::StatusOr<std::shared_ptr<RdmaOp>> MakeOp(RdsSocket& rs, const rds_rdma_args& args);
+
+// RDS_CMSG_RDMA_MAP: RDS_GET_MR now; the cookie to offer (RDMA_DEST).
+absl::StatusOr<uint64_t> MapForMessage(RdsSocket& rs, const rds_get_mr_args& args);
 
 // RDS_CMSG_RDMA_DEST on sendmsg: the region `cookie` names among the
 // socket's (EINVAL if none). The message holds it until it is freed.

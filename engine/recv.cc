@@ -221,6 +221,24 @@ absl::StatusOr<size_t> RecvMsg(RdsSocket& rs, int fd, msghdr& msg, int flags) {
         waiter = nullptr;
       }
       if (rs.released) return RdsError(EBADF);
+      if (!rs.rdma_notify.empty()) {
+        // rds_notify_queue_get: as many as the control buffer holds (at
+        // least one, truncated), and nothing else; 0 bytes.
+        size_t max = msg.msg_controllen / CMSG_SPACE(sizeof(rds_rdma_notify));
+        if (max == 0) max = 1;
+        while (max-- > 0 && !rs.rdma_notify.empty()) {
+          rds_rdma_notify n{};
+          n.user_token = rs.rdma_notify.front().token;
+          n.status = rs.rdma_notify.front().status;
+          if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_RDMA_STATUS, &n, sizeof(n)); !s.ok()) {
+            return s;
+          }
+          rs.rdma_notify.pop_front();
+        }
+        if (!rs.Readable()) rs.DrainTokensLocked(fd);
+        msg.msg_controllen = cmsg.used();
+        return 0;
+      }
       if (rs.cong_monitor && rs.cong_notify != 0) {
         uint64_t notify = rs.cong_notify;
         if (absl::Status s = cmsg.Put(SOL_RDS, RDS_CMSG_CONG_UPDATE, &notify, sizeof(notify));

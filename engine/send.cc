@@ -161,30 +161,42 @@ struct AppliedControl {
   std::optional<uint32_t> zcopy_cookie;
   std::optional<uint64_t> rdma_dest;  // an RDMA_DEST cookie of one of the socket's regions
   std::shared_ptr<MemoryRegion> rdma_region;
+  std::shared_ptr<RdmaOp> rdma_op;
 };
 
-// Says once per process that the initiator's side of the RDMA API is missing.
-void SayRdmaOpsMissing() {
+// Says once per process that atomics are missing.
+void SayAtomicsMissing() {
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
-    log::Warn("RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_MAP / atomics on a socket over RDMA: "
-              "rds-preload does not issue RDMA operations yet (EOPNOTSUPP); peers can read and "
-              "write memory registered here (RDS_GET_MR)");
+    log::Warn("RDS_CMSG_*ATOMIC* on a socket over RDMA: rds-preload does not issue atomic "
+              "operations (EOPNOTSUPP)");
   }
 }
 
-// rds_cmsg_send. TCP has neither memory registration, RDMA nor atomics;
-// over RDMA the socket's regions may be offered (RDMA_DEST), and operations
-// are not issued yet (loudly refused, SayRdmaOpsMissing).
+// rds_cmsg_send. TCP (and the same-host path, as the kernel's loopback) has
+// neither memory registration, RDMA nor atomics; over RDMA the socket's
+// regions may be offered (RDMA_DEST, RDMA_MAP) and RDMA operations ride on
+// the message (engine/rdma.h).
 absl::StatusOr<AppliedControl> ApplyControl(RdsSocket& rs, ControlMessages& cm, bool zcopy,
-                                            int transport) {
+                                            int transport, bool local_dest) {
   AppliedControl out;
   bool unsupported_op = false;
+  const bool rdma = transport == kTransIb;
   absl::Status s = cm.ForEachRds([&](const cmsghdr& c) -> absl::Status {
     switch (c.cmsg_type) {
-      case RDS_CMSG_RDMA_ARGS:
-        unsupported_op = true;  // no xmit_rdma: EOPNOTSUPP once all are parsed
+      case RDS_CMSG_RDMA_ARGS: {
+        rds_rdma_args args;
+        if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
+        if (out.rdma_op) return RdsError(EINVAL);  // one per message
+        if (!rdma || local_dest) {
+          unsupported_op = true;  // no xmit_rdma: EOPNOTSUPP once all are parsed
+          return absl::OkStatus();
+        }
+        absl::StatusOr<std::shared_ptr<RdmaOp>> op = rdma::MakeOp(rs, args);
+        if (!op.ok()) return op.status();
+        out.rdma_op = *std::move(op);
         return absl::OkStatus();
+      }
       case RDS_CMSG_RDMA_DEST: {
         uint64_t cookie;
         if (absl::Status s = CmsgPayload(c, &cookie); !s.ok()) return s;
@@ -198,8 +210,15 @@ absl::StatusOr<AppliedControl> ApplyControl(RdsSocket& rs, ControlMessages& cm, 
       case RDS_CMSG_RDMA_MAP: {
         rds_get_mr_args args;
         if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
-        if (transport == kTransIb) SayRdmaOpsMissing();
-        return RdsError(EOPNOTSUPP);  // no get_mr (TCP), not yet (RDMA)
+        if (!rdma) return RdsError(EOPNOTSUPP);  // no get_mr
+        if (out.rdma_dest) return RdsError(EINVAL);
+        absl::StatusOr<uint64_t> cookie = rdma::MapForMessage(rs, args);
+        if (!cookie.ok()) return cookie.status();
+        absl::StatusOr<std::shared_ptr<MemoryRegion>> region = rdma::DestRegion(rs, *cookie);
+        if (!region.ok()) return region.status();
+        out.rdma_dest = *cookie;
+        out.rdma_region = *std::move(region);
+        return absl::OkStatus();
       }
       case RDS_CMSG_ZCOPY_COOKIE: {
         uint32_t v;
@@ -211,16 +230,14 @@ absl::StatusOr<AppliedControl> ApplyControl(RdsSocket& rs, ControlMessages& cm, 
       default: {  // atomics
         rds_atomic_args args;
         if (absl::Status s = CmsgPayload(c, &args); !s.ok()) return s;
+        if (rdma) SayAtomicsMissing();
         unsupported_op = true;  // no xmit_atomic
         return absl::OkStatus();
       }
     }
   });
   if (!s.ok()) return s;
-  if (unsupported_op) {
-    if (transport == kTransIb) SayRdmaOpsMissing();
-    return RdsError(EOPNOTSUPP);
-  }
+  if (unsupported_op) return RdsError(EOPNOTSUPP);
   return out;
 }
 
@@ -389,7 +406,7 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
   }
   stats::Add(stats::kCopyFromUser, len);
   if (!cm.empty()) {
-    absl::StatusOr<AppliedControl> applied = ApplyControl(rs, cm, zcopy, transport);
+    absl::StatusOr<AppliedControl> applied = ApplyControl(rs, cm, zcopy, transport, local_dest);
     if (!applied.ok()) return applied.status();
     m->zcopy_cookie = applied->zcopy_cookie;
     // The cookie travels in the header as the kernel's RDMA transport puts
@@ -397,6 +414,10 @@ absl::StatusOr<size_t> SendMsg(RdsSocket& rs, const msghdr& msg, int flags) {
     if (applied->rdma_dest && !local_dest) {
       wire::ExtWriter(&m->header).RdmaDest(*applied->rdma_dest);
       m->rdma_region = std::move(applied->rdma_region);
+    }
+    if (applied->rdma_op) {  // (groups exclusive: no RDMA_DEST record beside it)
+      wire::ExtWriter(&m->header).Rdma(applied->rdma_op->rkey);
+      m->rdma_op = std::move(applied->rdma_op);
     }
   }
   m->header.len = static_cast<uint32_t>(len);

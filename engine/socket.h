@@ -117,6 +117,12 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
     bool use_once = false;  // released by the first message that says it was used
   };
   absl::flat_hash_map<uint32_t, RdmaKey> rdma_keys ABSL_GUARDED_BY(mu);
+  // RDMA operations' outcomes to report (RDS_CMSG_RDMA_STATUS), oldest first.
+  struct RdmaNotification {
+    uint64_t token;
+    int32_t status;
+  };
+  std::deque<RdmaNotification> rdma_notify ABSL_GUARDED_BY(mu);
   // A waiting recvmsg's buffer, offered for the next large message
   // (engine/direct_receive.h); changed only with the run lock held too.
   DirectReceive* direct ABSL_GUARDED_BY(mu) = nullptr;
@@ -152,7 +158,7 @@ class RdsSocket : public std::enable_shared_from_this<RdsSocket> {
     return rcv_bytes > 16 * static_cast<size_t>(RdsRcvbuf()) + (size_t{16} << 20);
   }
   bool Readable() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
-    return !recv_queue.empty() || cong_notify != 0 || !zcookies.empty();
+    return !recv_queue.empty() || cong_notify != 0 || !zcookies.empty() || !rdma_notify.empty();
   }
 
   // Wakes every waiter and, for an epoll-watched socket, raises readiness.

@@ -28,6 +28,7 @@
 #include "engine/info.h"
 #include "engine/fork.h"
 #include "engine/log.h"
+#include "engine/rdma.h"
 #include "engine/recv.h"
 #include "engine/registry.h"
 #include "engine/send.h"
@@ -189,6 +190,10 @@ void Engine::Transmit(Path& p, MessagePtr m) {
     p.backlog.push_back(std::move(m));
     return;
   }
+  if (m->rdma_op && !TransmitsRdmaOp(p, *m)) {
+    ReleaseSendSpace(*m);  // its sequence number is skipped, as the kernel's drop does
+    return;
+  }
   const conf::Settings& cfg = conf::Get();
   // Piggyback our cumulative acknowledgement; ask for one every
   // max_unacked_packets / max_unacked_bytes (the kernel's ACK_REQUIRED rule),
@@ -215,6 +220,30 @@ void Engine::Transmit(Path& p, MessagePtr m) {
   }
   p.unacked.push_back(m);
   p.link->Send(std::move(m));
+}
+
+// A message with an RDMA operation goes once, and only on an RDMA link of
+// this process (the operation names its memory): after a reconnect it is
+// dropped (rds_send_xmit: RDS_RDMA_DROPPED, never retransmitted), and toward
+// another engine of the host (a relayer's path to the owner of the host's
+// connection) it fails.
+bool Engine::TransmitsRdmaOp(Path& p, Message& m) {
+  if (m.header.flags & wire::kFlagRetransmitted) {
+    m.rdma_op->Finish(RDS_RDMA_DROPPED);
+    return false;
+  }
+  if (!p.link->IsRdma()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      log::Warn("an RDMA operation to %s: another process of this host holds the RDMA "
+                "connection there, and only the process whose memory it names can do it "
+                "(RDS_RDMA_OTHER_ERROR; the message is dropped)",
+                p.conn.key.faddr.ToString());
+    }
+    m.rdma_op->Finish(RDS_RDMA_OTHER_ERROR);
+    return false;
+  }
+  return true;
 }
 
 // Control traffic (route queries, acknowledgements, notices) has no sequence

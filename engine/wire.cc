@@ -190,6 +190,12 @@ bool ExtWriter::RdmaDest(uint64_t cookie) {
   return Append(kExtRdmaDest, d);
 }
 
+bool ExtWriter::Rdma(uint32_t rkey) {
+  uint8_t d[4];
+  PutBe32(d, rkey);
+  return Append(kExtRdma, d);
+}
+
 bool AddShimPayloadRef(Header* h, uint64_t offset) {
   ExtWriter w(h);
   w.used_ = ForEachExt(*h, [](uint8_t, size_t, const uint8_t*) {});

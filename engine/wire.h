@@ -113,6 +113,8 @@ class ExtWriter {
   bool GenNum(uint32_t gen);
   // An RDMA_DEST cookie (rkey | offset << 32) offered to the peer.
   bool RdmaDest(uint64_t cookie);
+  // The peer's region an RDMA operation before this message used.
+  bool Rdma(uint32_t rkey);
   bool SportIdx();  // "my client connections put the path index in their source port"
   bool ShimHello();
   bool ShimControl(uint8_t opcode);

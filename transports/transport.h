@@ -176,6 +176,7 @@ class MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
   virtual uint32_t rkey() const = 0;
+  virtual uint32_t lkey() const = 0;  // for this process's own operations on it
 };
 
 class Transport {
@@ -210,14 +211,16 @@ class Transport {
   virtual bool CarriesFrom(const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr) {
     return true;
   }
-  // Registers [addr, addr + len) of this process for RDMA by peers reached
-  // from `laddr` in `ns` (the device that address is on), with local write and
-  // remote read and write access (as the kernel always does). Errors carry
+  // Registers [addr, addr + len) of this process on the device `laddr` is on
+  // in `ns`: for RDMA by peers (`remote_access`: local write and remote read
+  // and write, as the kernel always grants), or as the local side of this
+  // process's own RDMA operations (local write only). Errors carry
   // the errno reason in words: InvalidArgument (bad range), PermissionDenied
   // (memory lock limit), ResourceExhausted, Unimplemented (no RDMA here).
   // Any thread.
   virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
-      const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr, void* addr, size_t len) {
+      const std::shared_ptr<NetNs>& ns, const RdsAddr& laddr, void* addr, size_t len,
+      bool remote_access) {
     return absl::UnimplementedError("this transport registers no memory");
   }
   // A connection of this transport that another engine of the host accepted

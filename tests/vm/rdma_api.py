@@ -10,7 +10,10 @@ the initiator with one of them as an RDMA_DEST control message. The initiator ch
 cookie, RDMA-writes one pattern into the first region and another into the use-once one, and
 RDMA-reads the second (each with NOTIFY_ME: RDS_CMSG_RDMA_STATUS must say success); the target
 checks what was written, that the use-once region was released by the message that used it,
-and FREE_MR. Prints "RESULT <name> <verdict…>" lines.
+and FREE_MR. Then the roles turn: the node offers a region of its own with RDS_CMSG_RDMA_MAP, and
+the shim RDMA-writes it and reads it back (NOTIFY_ME), the node checking what landed. The
+shim's errors for operations it must refuse (to a same-host address; more local bytes than
+remote) too. Prints "RESULT <name> <verdict…>" lines.
 """
 
 import ctypes
@@ -21,7 +24,7 @@ import sys
 
 SOL_RDS = 276
 RDS_GET_MR, RDS_FREE_MR, RDS_GET_MR_FOR_DEST = 2, 3, 7
-CMSG_RDMA_ARGS, CMSG_RDMA_DEST, CMSG_RDMA_STATUS = 1, 2, 4
+CMSG_RDMA_ARGS, CMSG_RDMA_DEST, CMSG_RDMA_MAP, CMSG_RDMA_STATUS = 1, 2, 3, 4
 READWRITE, FENCE, USE_ONCE, NOTIFY_ME = 0x1, 0x2, 0x8, 0x20
 N = 10000  # three pages touched from an unaligned start
 PAGE = 4096
@@ -98,18 +101,22 @@ def target(me, port, peer, peer_port):
     cc = get_mr(s, c, USE_ONCE)
     offsets = [ck >> 32 for ck in (ca, cb, cc)]
     result("cookie-offsets", "ok" if offsets == [200, 1000, 3000] else f"FAIL {offsets}")
-    # The initiator side is not built: refused, loudly.
+    # RDMA to a same-host address: EOPNOTSUPP, as the kernel's loopback has no RDMA.
     iov = ctypes.create_string_buffer(struct.pack("<QQ", a.addr, N))
     args = struct.pack("<QQQQQQQ", ca, 0, N, ctypes.addressof(iov), 1, READWRITE, 9)
+    e = errno_of(lambda: s.sendmsg([b"x"], [(SOL_RDS, CMSG_RDMA_ARGS, args)], 0, (me, port)))
+    result("loopback-refused", "ok" if e == errno.EOPNOTSUPP else f"FAIL errno {e}")
+    # More local bytes than the remote vector: EINVAL (rds_cmsg_rdma_args).
+    args = struct.pack("<QQQQQQQ", ca, 0, N - 1, ctypes.addressof(iov), 1, READWRITE, 9)
     e = errno_of(lambda: s.sendmsg([b"x"], [(SOL_RDS, CMSG_RDMA_ARGS, args)], 0,
                                    (peer, peer_port)))
-    result("initiator-refused", "ok" if e == errno.EOPNOTSUPP else f"FAIL errno {e}")
+    result("local-over-remote", "ok" if e == errno.EINVAL else f"FAIL errno {e}")
     s.sendmsg([b"cookies %d %d %d" % (ca, cb, cc)], [(SOL_RDS, CMSG_RDMA_DEST,
                                                       struct.pack("<Q", ca))],
               0, (peer, peer_port))
-    got = set()
-    while len(got) < 3:
-        data, _, _, _ = s.recvmsg(256, 256)
+    words = set()
+    while len(words) < 5:
+        data, anc = next_message(s)
         word = data.split()[0].decode() if data else ""
         if word == "write":
             result("write", "ok" if a.bytes() == pattern(3) else "FAIL content differs")
@@ -118,9 +125,15 @@ def target(me, port, peer, peer_port):
             released = errno_of(lambda: free_mr(s, cc)) == errno.EINVAL
             result("use-once", "ok" if ok and released else
                    f"FAIL content {'ok' if ok else 'differs'}, released {released}")
-        elif word == "read":
-            result("read", data.split()[1].decode())
-        elif word == "read-pending":  # the message that carried the RDMA read
+        elif word in ("read", "kernel-saw"):
+            result(word, data.split()[1].decode())
+        elif word == "map":  # a region of the node's (RDS_CMSG_RDMA_MAP): we RDMA into it
+            cookie = [struct.unpack("<Q", d[:8])[0] for lvl, t, d in anc
+                      if lvl == SOL_RDS and t == CMSG_RDMA_DEST]
+            result("shim-got-cookie", "ok" if cookie else "FAIL no RDMA_DEST with the map")
+            if cookie:
+                initiate(s, cookie[0], (peer, peer_port))
+        elif word == "read-pending":  # the message that carried the node's RDMA read
             continue
         elif word == "dest":
             result("dest-cookie", "ok" if int(data.split()[1]) == ca else f"FAIL {data!r}")
@@ -128,10 +141,48 @@ def target(me, port, peer, peer_port):
         else:
             result("unexpected", repr(data))
             continue
-        got.add(word)
+        words.add(word)
     frees = [errno_of(lambda: free_mr(s, ca)), errno_of(lambda: free_mr(s, ca))]
     result("free", "ok" if frees == [0, errno.EINVAL] else f"FAIL {frees}")
     s.close()
+
+
+STASH = []  # messages that came while an RDMA status was awaited
+
+
+def next_message(s):
+    if STASH:
+        return STASH.pop(0)
+    data, anc, _, _ = s.recvmsg(256, 256)
+    return data, anc
+
+
+def rdma_op(s, cookie, local, flags, token, word, dest):
+    """Sends `word` carrying an RDMA operation on `local` (NOTIFY_ME); its status."""
+    iov = ctypes.create_string_buffer(struct.pack("<QQ", ctypes.addressof(local), N))
+    args = struct.pack("<QQQQQQQ", cookie, 0, N, ctypes.addressof(iov), 1, flags | NOTIFY_ME,
+                       token)
+    s.sendmsg([word], [(SOL_RDS, CMSG_RDMA_ARGS, args)], 0, dest)
+    while True:  # the notification: recvmsg returns 0 bytes with RDS_CMSG_RDMA_STATUS
+        data, anc, _, _ = s.recvmsg(256, 256)
+        for lvl, t, d in anc:
+            if lvl == SOL_RDS and t == CMSG_RDMA_STATUS:
+                got_token, status = struct.unpack("<Qi", d[:12])
+                print(f"status token {got_token} {status}", flush=True)
+                return got_token == token and status == 0
+        if data:
+            STASH.append((data, anc))
+
+
+def initiate(s, cookie, dest):
+    """The shim as initiator: RDMA WRITE into the node's region, then READ it back."""
+    w = ctypes.create_string_buffer(pattern(11), N)
+    result("shim-write-status", "ok" if rdma_op(s, cookie, w, READWRITE, 21, b"wrote", dest)
+           else "FAIL")
+    r = ctypes.create_string_buffer(N)
+    ok = rdma_op(s, cookie, r, FENCE, 22, b"read-back", dest)
+    same = ctypes.string_at(ctypes.addressof(r), N) == pattern(11)
+    result("shim-read", "ok" if ok and same else f"FAIL status {ok} content {same}")
 
 
 def initiator(me, port, peer, peer_port):
@@ -143,31 +194,30 @@ def initiator(me, port, peer, peer_port):
             if lvl == SOL_RDS and t == CMSG_RDMA_DEST]
     s.sendto(b"dest %d" % (dest[0] if dest else 0), addr)
     ca, cb, cc = (int(w) for w in data.split()[1:])
-    keep = []
-
-    def rdma(cookie, local, flags, token, word):
-        iov = ctypes.create_string_buffer(struct.pack("<QQ", ctypes.addressof(local), N))
-        keep.append(iov)
-        args = struct.pack("<QQQQQQQ", cookie, 0, N, ctypes.addressof(iov), 1,
-                           flags | NOTIFY_ME, token)
-        s.sendmsg([word], [(SOL_RDS, CMSG_RDMA_ARGS, args)], 0, addr)
-        while True:  # the notification: recvmsg returns 0 bytes with RDS_CMSG_RDMA_STATUS
-            _, anc, _, _ = s.recvmsg(256, 256)
-            for lvl, t, d in anc:
-                if lvl == SOL_RDS and t == CMSG_RDMA_STATUS:
-                    got_token, status = struct.unpack("<Qi", d[:12])
-                    print(f"status token {got_token} {status}", flush=True)
-                    return got_token == token and status == 0
-
     w = ctypes.create_string_buffer(pattern(3), N)
-    result("kernel-write-status", "ok" if rdma(ca, w, READWRITE, 1, b"write") else "FAIL")
+    result("kernel-write-status", "ok" if rdma_op(s, ca, w, READWRITE, 1, b"write", addr)
+           else "FAIL")
     o = ctypes.create_string_buffer(pattern(5), N)
-    result("kernel-once-status", "ok" if rdma(cc, o, READWRITE, 3, b"once") else "FAIL")
+    result("kernel-once-status", "ok" if rdma_op(s, cc, o, READWRITE, 3, b"once", addr)
+           else "FAIL")
     r = ctypes.create_string_buffer(N)
-    status = rdma(cb, r, FENCE, 2, b"read-pending")
+    status = rdma_op(s, cb, r, FENCE, 2, b"read-pending", addr)
     same = ctypes.string_at(ctypes.addressof(r), N) == pattern(7)
     result("kernel-read-status", "ok" if status else "FAIL")
     s.sendto(b"read %s" % (b"ok" if same else b"FAIL-content-differs"), addr)
+    # Now the shim's turn: a region of ours, registered and offered with the message
+    # (RDS_CMSG_RDMA_MAP; a 6.12 kernel cannot GET_MR over IB, rds-ib.md 6.1).
+    k = Region(500)
+    cookie = ctypes.c_uint64(0)
+    mapping = struct.pack("<QQQQ", k.addr, N, ctypes.addressof(cookie), 0)
+    s.sendmsg([b"map"], [(SOL_RDS, CMSG_RDMA_MAP, mapping)], 0, addr)
+    seen = []
+    while len(seen) < 2:
+        data, _ = next_message(s)
+        if data:
+            seen.append(data.split()[0])
+    ok = seen == [b"wrote", b"read-back"] and k.bytes() == pattern(11)
+    s.sendto(b"kernel-saw %s" % (b"ok" if ok else b"FAIL-%r" % seen), addr)
     s.close()
 
 

@@ -13,6 +13,9 @@ namespace rds::verbs {
 namespace {
 
 constexpr uint64_t kAckWrId = ~uint64_t{0};
+// Receive work requests' ids: the slot with this tag (a failed completion's
+// opcode is undefined; its id tells a receive from a send).
+constexpr uint64_t kRecvWrTag = uint64_t{1} << 32;
 // The kernel signals every (max_unsignaled_wr + 1)-th send: 17th by default.
 constexpr int kSignalEvery = 17;
 // CQ events are acknowledged in batches (ibv_ack_cq_events takes a mutex).
@@ -138,7 +141,7 @@ void VerbsLink::PostRecv(int slot) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(&rx_[size_t(slot) * ib::kReceiveBufferSize]),
               static_cast<uint32_t>(ib::kReceiveBufferSize), rx_mr_->lkey};
   ibv_recv_wr wr{}, *bad = nullptr;
-  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.wr_id = kRecvWrTag | static_cast<uint64_t>(slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   if (ibv_post_recv(id_->qp, &wr, &bad) != 0) {
@@ -198,25 +201,74 @@ void VerbsLink::Flush() {
       wire::SetHeaderChecksum(header_);
       header_ready_ = true;  // once per message, even if the ring is full now
     }
+    if (m->rdma_op) {  // the operation first, then the message (rds-ib.md §6.4)
+      const std::vector<RdmaOp::Segment>& segments = m->rdma_op->local;
+      while (next_rdma_wr_ < segments.size()) {
+        if (slots_in_use_ == sizes_.send_slots) return;  // resumes on a send completion
+        if (!PostRdma(m->rdma_op, next_rdma_wr_, rdma_offset_)) return;
+        rdma_offset_ += segments[next_rdma_wr_].len;
+        ++next_rdma_wr_;
+      }
+    }
+    const bool fence = m->rdma_op && m->rdma_op->fence;
     const uint32_t count = ib::FragmentCount(len);
     while (next_fragment_ < count) {
       if (slots_in_use_ == sizes_.send_slots) return;  // resumes on a send completion
       const uint32_t off = next_fragment_ * ib::kFragmentSize;
       const uint32_t n = std::min(ib::kFragmentSize, len - std::min(off, len));
       const bool last = next_fragment_ + 1 == count;
-      if (!PostFragment(header_, len ? m->payload.data() + off : nullptr, n, last)) return;
+      if (!PostFragment(header_, len ? m->payload.data() + off : nullptr, n, last, fence)) return;
       if (last) posted_.back().done = m;
       ++next_fragment_;
     }
     queue_.pop_front();
     next_fragment_ = 0;
+    next_rdma_wr_ = 0;
+    rdma_offset_ = 0;
     header_ready_ = false;
   }
   if (close_after_flush_ && queue_.empty() && posted_.empty()) Close();
 }
 
+bool VerbsLink::PostRdma(const std::shared_ptr<RdmaOp>& op, size_t index,
+                         uint64_t remote_offset) {
+  const RdmaOp::Segment& seg = op->local[index];
+  const int slot = next_slot_;  // taken, not written: the ring's accounting is per work request
+  ibv_sge sge{seg.addr, seg.len, seg.lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.opcode = op->write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = op->remote_addr + remote_offset;
+  wr.wr.rdma.rkey = op->rkey;
+  if (++unsignaled_ >= kSignalEvery || slots_in_use_ + 1 == sizes_.send_slots) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
+    Fail(absl::UnavailableError(absl::StrCat("ibv_post_send (RDMA): ", strerror(errno))));
+    return false;
+  }
+  posted_.push_back({slot, nullptr, op});
+  next_slot_ = (slot + 1) % sizes_.send_slots;
+  ++slots_in_use_;
+  return true;
+}
+
+void VerbsLink::FinishFailedRdma(const ibv_wc& wc) {
+  if (wc.status == IBV_WC_WR_FLUSH_ERR) return;  // flushed: no notification (rds_ib_send_complete)
+  for (const Posted& p : posted_) {
+    if (p.slot == static_cast<int>(wc.wr_id) && p.op) {
+      p.op->Finish(wc.status == IBV_WC_REM_ACCESS_ERR ? RDS_RDMA_REMOTE_ERROR
+                                                      : RDS_RDMA_OTHER_ERROR);
+      return;
+    }
+  }
+}
+
 bool VerbsLink::PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len,
-                             bool last) {
+                             bool last, bool fence) {
   const int slot = next_slot_;
   uint8_t* p = &tx_[size_t(slot) * ib::kReceiveBufferSize];
   std::memcpy(p, header, wire::kHeaderSize);
@@ -237,11 +289,12 @@ bool VerbsLink::PostFragment(const uint8_t* header, const uint8_t* data, uint32_
     unsignaled_ = 0;
   }
   if (last) wr.send_flags |= IBV_SEND_SOLICITED;
+  if (fence) wr.send_flags |= IBV_SEND_FENCE;
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
     Fail(absl::UnavailableError(absl::StrCat("ibv_post_send: ", strerror(errno))));
     return false;
   }
-  posted_.push_back({slot, nullptr});
+  posted_.push_back({slot, nullptr, nullptr});
   next_slot_ = (slot + 1) % sizes_.send_slots;
   ++slots_in_use_;
   return true;
@@ -299,6 +352,7 @@ void VerbsLink::PollCompletions() {
     if (n == 0) break;
     for (int k = 0; k < n && !closed_; ++k) {
       if (wc[k].status != IBV_WC_SUCCESS) {
+        if (wc[k].wr_id != kAckWrId && !(wc[k].wr_id & kRecvWrTag)) FinishFailedRdma(wc[k]);
         Fail(absl::UnavailableError(
             absl::StrCat("completion error: ", api_.ibv.wc_status_str(wc[k].status))));
         return;
@@ -317,7 +371,7 @@ void VerbsLink::PollCompletions() {
 }
 
 void VerbsLink::OnReceive(const ibv_wc& wc) {
-  const int slot = static_cast<int>(wc.wr_id);
+  const int slot = static_cast<int>(wc.wr_id & ~kRecvWrTag);
   --posted_receives_;
   absl::StatusOr<ib::FragmentAssembler::Result> r =
       assembler_.Feed({&rx_[size_t(slot) * ib::kReceiveBufferSize], wc.byte_len});
@@ -348,6 +402,7 @@ void VerbsLink::OnSendCompleted(uint64_t wr_id) {
     Posted p = std::move(posted_.front());
     posted_.pop_front();
     --slots_in_use_;
+    if (p.done && p.done->rdma_op) p.done->rdma_op->Finish(RDS_RDMA_SUCCESS);
     if (p.done && cb_.on_sent) cb_.on_sent(p.done);
     if (p.slot == static_cast<int>(wr_id)) break;
   }

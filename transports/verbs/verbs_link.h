@@ -11,7 +11,12 @@
 // makes the CM calls (connect, accept, events) and tells the link when the
 // connection is established or gone.
 //
-// Sending: one message at a time is cut into fragments, each a SEND; the last
+// Sending: a message's RDMA operation (engine/rdma.h), if any, goes first:
+// one RDMA WRITE or READ per local segment (each takes a send slot, unused);
+// its status comes with the message's last completion (success) or with a
+// failed completion (REMOTE_ERROR for an access error; the link fails).
+// Then the message is cut into fragments, each a SEND (FENCE if the
+// operation asked for it); the last
 // one is SOLICITED (a kernel arms its receive CQ for solicited completions
 // only) and signalled, others every 17th; a message is sent (on_sent) when its
 // last SEND completed. Every header carries our acknowledgement (h_ack) and,
@@ -33,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "engine/event_loop.h"
 #include "transports/transport.h"
+#include "engine/rdma.h"
 #include "transports/verbs/ib_ack.h"
 #include "transports/verbs/ib_wire.h"
 #include "transports/verbs/protection_domain.h"
@@ -105,7 +111,14 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   void OnSendCompleted(uint64_t wr_id);
   void ScheduleFlush();
   void Flush();
-  bool PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len, bool last);
+  bool PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len, bool last,
+                    bool fence);
+  // The `index`th work request of a message's RDMA operation, at
+  // `remote_offset` into the peer's region.
+  bool PostRdma(const std::shared_ptr<RdmaOp>& op, size_t index, uint64_t remote_offset);
+  // A work request failed (the queue pair is in error): its RDMA operation,
+  // if it was one, ends with the matching status.
+  void FinishFailedRdma(const ibv_wc& wc);
   void PostAckFrame();
 
   const VerbsApi& api_;
@@ -136,12 +149,15 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   struct Posted {
     int slot;
     MessagePtr done;  // set on a message's last fragment
+    std::shared_ptr<RdmaOp> op;  // set on an RDMA operation's work requests
   };
   std::deque<Posted> posted_;
   bool ack_frame_busy_ = false;
 
   std::deque<MessagePtr> queue_;
   uint32_t next_fragment_ = 0;  // of queue_.front()
+  size_t next_rdma_wr_ = 0;     // of queue_.front()'s RDMA operation, posted before its fragments
+  uint64_t rdma_offset_ = 0;    // into the peer's region, of that work request
   uint8_t header_[wire::kHeaderSize];  // queue_.front()'s, once header_ready_
   bool header_ready_ = false;
   bool flush_scheduled_ = false;

@@ -118,6 +118,7 @@ class VerbsMemoryRegion final : public MemoryRegion {
       : api_(api), pd_(std::move(pd)), mr_(mr) {}
   ~VerbsMemoryRegion() override { api_.ibv.dereg_mr(mr_); }
   uint32_t rkey() const override { return mr_->rkey; }
+  uint32_t lkey() const override { return mr_->lkey; }
 
  private:
   const VerbsApi& api_;
@@ -204,7 +205,8 @@ class VerbsTransport final : public Transport {
 
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(const std::shared_ptr<NetNs>& ns,
                                                                const RdsAddr& laddr, void* addr,
-                                                               size_t len) override {
+                                                               size_t len,
+                                                               bool remote_access) override {
     ibv_context* device = DeviceOf(ns, laddr);
     if (device == nullptr) {
       return absl::UnimplementedError(
@@ -217,9 +219,13 @@ class VerbsTransport final : public Transport {
     // Zero-based from the first page, as the kernel maps its regions: a
     // peer's address is the cookie's in-page offset plus its own offset.
     const uint64_t iova = reinterpret_cast<uintptr_t>(addr) & (PageSize() - 1);
-    ibv_mr* mr = (*api)->ibv.reg_mr_iova(
-        pd->get(), addr, len, iova,
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    const int access = remote_access ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                           IBV_ACCESS_REMOTE_WRITE
+                                     : IBV_ACCESS_LOCAL_WRITE;
+    // A local region keeps its addresses (our own work requests name them).
+    ibv_mr* mr = (*api)->ibv.reg_mr_iova(pd->get(), addr, len,
+                                         remote_access ? iova : reinterpret_cast<uintptr_t>(addr),
+                                         access);
     if (mr == nullptr) {
       const int err = errno != 0 ? errno : ENOMEM;
       return RdsError(err == EINVAL ? EFAULT : err);  // EINVAL: not mapped (writable)
