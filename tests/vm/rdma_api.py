@@ -18,6 +18,7 @@ remote) too. Prints "RESULT <name> <verdict…>" lines.
 
 import ctypes
 import errno
+import os
 import socket
 import struct
 import sys
@@ -34,8 +35,11 @@ def pattern(seed, n=N):
     return bytes((i * seed + (i >> 8) + seed) & 0xFF for i in range(n))
 
 
+PHASE = os.environ.get("RDMA_API_PHASE", "")  # a prefix for the result names
+
+
 def result(name, verdict):
-    print(f"RESULT {name} {verdict}", flush=True)
+    print(f"RESULT {PHASE}{name} {verdict}", flush=True)
 
 
 def errno_of(fn):
