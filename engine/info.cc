@@ -47,7 +47,9 @@ void Copy16(const RdsAddr& a, void* out) {
 
 InfoItems Counters() {
   InfoItems items{sizeof(rds_info_counter), {}};
+  const bool ib = Engine::Get().RdmaAvailable();  // as a kernel without rds_rdma lists none
   for (int c = 0; c < stats::kNumCounters; ++c) {
+    if (!ib && c >= stats::kNumKernelCounters && c < stats::kIbCountersEnd) continue;
     rds_info_counter ctr = {};
     std::strncpy(reinterpret_cast<char*>(ctr.name), stats::Name(static_cast<stats::Counter>(c)),
                  sizeof(ctr.name) - 1);

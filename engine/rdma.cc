@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/log.h"
+#include "engine/stats.h"
 #include "engine/usercopy.h"
 #include "transports/transport.h"
 
@@ -76,6 +77,7 @@ absl::StatusOr<uint64_t> GetMr(RdsSocket& rs, const rds_get_mr_args& args) {
   const uint32_t rkey = region->rkey();
   rds::MutexLock lock(&rs.mu);
   rs.rdma_keys[rkey] = RdsSocket::RdmaKey{std::move(region), (args.flags & RDS_RDMA_USE_ONCE) != 0};
+  stats::Inc(stats::kIbRdmaMrAlloc);
   return cookie;
 }
 
@@ -89,6 +91,7 @@ absl::Status FreeMr(RdsSocket& rs, const rds_free_mr_args& args) {
   if (it == rs.rdma_keys.end()) return RdsError(EINVAL);
   region = std::move(it->second.region);
   rs.rdma_keys.erase(it);
+  stats::Inc(stats::kIbRdmaMrFree);
   return absl::OkStatus();
 }
 
@@ -173,7 +176,10 @@ absl::StatusOr<std::shared_ptr<MemoryRegion>> DestRegion(RdsSocket& rs, uint64_t
 void OnArrivalLocked(RdsSocket& rs, const wire::ExtHeaders& ext) {
   if (!ext.rdma_rkey) return;
   auto it = rs.rdma_keys.find(*ext.rdma_rkey);
-  if (it == rs.rdma_keys.end() || !it->second.use_once) return;  // unknown keys are ignored
+  if (it == rs.rdma_keys.end()) return;  // unknown keys are ignored
+  stats::Inc(stats::kIbRdmaMrUsed);
+  if (!it->second.use_once) return;
+  stats::Inc(stats::kIbRdmaMrFree);
   // Deregistration is a system call; rare (USE_ONCE regions), and the
   // region may still be held by a message offering it.
   rs.rdma_keys.erase(it);
@@ -183,6 +189,7 @@ void DropKeys(RdsSocket& rs) {
   absl::flat_hash_map<uint32_t, RdsSocket::RdmaKey> keys;  // deregistered after the lock
   rds::MutexLock lock(&rs.mu);
   keys.swap(rs.rdma_keys);
+  stats::Add(stats::kIbRdmaMrFree, keys.size());
 }
 
 }  // namespace rds::rdma

@@ -55,11 +55,46 @@ enum Counter : int {
   kRecvBytesFreedFromSock,
   kSendStuckRm,
   kNumKernelCounters,
-  // rds_tcp's (net/rds/tcp_stats.c), listed after the core ones by a kernel
-  // with rds_tcp loaded; counted on the TCP links to other hosts only (a
+  // rds_rdma's (net/rds/ib_stats.c, names as spelled there), listed by a
+  // kernel with rds_rdma loaded before rds_tcp's (transports in id order):
+  // listed where RDMA is available (Engine::RdmaAvailable). The shim counts
+  // those that mean something for it (commented); the rest stay 0 (no
+  // tasklets, credits, refill threads or MR pools).
+  kIbConnectRaced = kNumKernelCounters,  // a request refused: our own connect to that peer was pending
+  kIbListenClosedStale,  // a request while our connection was up: ours dropped as stale
+  kIbEvtHandlerCall,
+  kIbTaskletCall,
+  kIbTxCqEvent,  // completion events that found send completions
+  kIbTxRingFull,  // a message waited for send slots
+  kIbTxThrottle,
+  kIbTxSgMappingFailure,
+  kIbTxStalled,
+  kIbTxCreditUpdates,
+  kIbRxCqEvent,  // completion events that found receive completions
+  kIbRxRingEmpty,
+  kIbRxRefillFromCq,
+  kIbRxRefillFromThread,
+  kIbRxAllocLimit,
+  kIbRxCreditUpdates,
+  kIbAckSent,  // ack-only frames sent
+  kIbAckSendFailure,
+  kIbAckSendDelayed,
+  kIbAckSendPiggybacked,
+  kIbAckReceived,  // headers whose h_ack acknowledged more
+  kIbRdmaMrAlloc,  // memory regions registered (RDS_GET_MR, RDMA_MAP)
+  kIbRdmaMrFree,  // memory regions released (FREE_MR, use-once, close)
+  kIbRdmaMrUsed,  // a peer's RDMA operation named one of our regions
+  kIbRdmaMrPoolFlush,
+  kIbRdmaMrPoolWait,
+  kIbRdmaMrPoolDepleted,
+  kIbAtomicCswp,
+  kIbAtomicFadd,
+  kIbCountersEnd,
+  // rds_tcp's (net/rds/tcp_stats.c), listed after those by a kernel with
+  // rds_tcp loaded; counted on the TCP links to other hosts only (a
   // same-host link plays the kernel's loopback transport). Linux 6.12 no
   // longer increments the last two; neither does the shim.
-  kTcpDataReadyCalls = kNumKernelCounters,  // a link to another host became readable
+  kTcpDataReadyCalls = kIbCountersEnd,  // a link to another host became readable
   kTcpWriteSpaceCalls,                      // it had room to write again
   kTcpSndbufFull,                           // a write found its send buffer full
   kTcpConnectRaced,

@@ -64,6 +64,22 @@ class Region:
         return ctypes.string_at(self.addr, N)
 
 
+def info_counters(s):
+    """RDS_INFO_COUNTERS (10000): {name: value}, in the order listed."""
+    # (Python's getsockopt takes at most 1024 bytes: libc's, which the shim serves.)
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(40 * 256)
+    size = ctypes.c_uint32(len(buf))
+    if libc.getsockopt(s.fileno(), SOL_RDS, 10000, buf, ctypes.byref(size)) < 0:
+        raise OSError(ctypes.get_errno(), "RDS_INFO_COUNTERS")
+    raw = buf.raw[:size.value]
+    out = {}
+    for off in range(0, len(raw) - 39, 40):
+        name, value = struct.unpack_from("<32sQ", raw, off)
+        out[name.split(b"\0")[0].decode()] = value
+    return out
+
+
 def get_mr(s, region, flags=0, for_dest=None):
     cookie = ctypes.c_uint64(0)
     args = struct.pack("<QQQQ", region.addr, N, ctypes.addressof(cookie), flags)
@@ -146,6 +162,15 @@ def target(me, port, peer, peer_port):
             result("unexpected", repr(data))
             continue
         words.add(word)
+    counters = info_counters(s)
+    names = list(counters)
+    at = names.index("send_stuck_rm") + 1 if "send_stuck_rm" in names else -1
+    want = {"ib_rdma_mr_alloc": 3, "ib_rdma_mr_used": 3, "ib_ack_received": 1, "send_rdma": 2,
+            "ib_rx_cq_event": 1}
+    low = {k: counters.get(k) for k, v in want.items() if counters.get(k, 0) < v}
+    result("ib-counters", "ok" if at > 0 and names[at:at + 2] == ["ib_connect_raced",
+                                                                 "ib_listen_closed_stale"]
+           and not low else f"FAIL order {names[at:at + 2]} low {low}")
     frees = [errno_of(lambda: free_mr(s, ca)), errno_of(lambda: free_mr(s, ca))]
     result("free", "ok" if frees == [0, errno.EINVAL] else f"FAIL {frees}")
     s.close()

@@ -38,6 +38,8 @@ EXPECT = {
     "shim-write-status": "the shim's RDMA write into the node's region: RDMA_STATUS success",
     "shim-read": "the shim's RDMA read of the node's region: success, and it holds what we wrote",
     "kernel-saw": "the node found our bytes in its region after our messages",
+    "ib-counters": "RDS_INFO_COUNTERS lists rds_rdma's counters after the core ones, and the "
+                   "regions, their uses, acks, RDMA sends and completions are counted",
 }
 
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/log.h"
+#include "engine/stats.h"
 #include "engine/sys.h"
 
 namespace rds::verbs {
@@ -206,6 +207,8 @@ void VerbsLink::Flush() {
       while (next_rdma_wr_ < segments.size()) {
         if (slots_in_use_ == sizes_.send_slots) return;  // resumes on a send completion
         if (!PostRdma(m->rdma_op, next_rdma_wr_, rdma_offset_)) return;
+        stats::Add(stats::kSendRdmaBytes, segments[next_rdma_wr_].len);
+        if (next_rdma_wr_ == 0) stats::Inc(stats::kSendRdma);
         rdma_offset_ += segments[next_rdma_wr_].len;
         ++next_rdma_wr_;
       }
@@ -213,7 +216,10 @@ void VerbsLink::Flush() {
     const bool fence = m->rdma_op && m->rdma_op->fence;
     const uint32_t count = ib::FragmentCount(len);
     while (next_fragment_ < count) {
-      if (slots_in_use_ == sizes_.send_slots) return;  // resumes on a send completion
+      if (slots_in_use_ == sizes_.send_slots) {
+        stats::Inc(stats::kIbTxRingFull);
+        return;  // resumes on a send completion
+      }
       const uint32_t off = next_fragment_ * ib::kFragmentSize;
       const uint32_t n = std::min(ib::kFragmentSize, len - std::min(off, len));
       const bool last = next_fragment_ + 1 == count;
@@ -317,6 +323,7 @@ void VerbsLink::PostAckFrame() {
   }
   ack_frame_busy_ = true;
   ++ack_frames_;
+  stats::Inc(stats::kIbAckSent);
 }
 
 void VerbsLink::OnCompletionChannel() {
@@ -342,6 +349,7 @@ void VerbsLink::OnCompletionChannel() {
 
 void VerbsLink::PollCompletions() {
   ibv_wc wc[32];
+  bool sends = false, receives = false;
   for (;;) {
     if (closed_) return;
     const int n = ibv_poll_cq(cq_, 32, wc);
@@ -358,14 +366,18 @@ void VerbsLink::PollCompletions() {
         return;
       }
       if (wc[k].opcode & IBV_WC_RECV) {
+        receives = true;
         ++recv_completions_;
         OnReceive(wc[k]);
       } else {
+        sends = true;
         ++send_completions_;
         OnSendCompleted(wc[k].wr_id);
       }
     }
   }
+  if (sends) stats::Inc(stats::kIbTxCqEvent);
+  if (receives) stats::Inc(stats::kIbRxCqEvent);
   if (established_ && !ack_frame_busy_ && acks_.AckFrameDue()) PostAckFrame();
   if (!queue_.empty()) Flush();
 }
@@ -380,9 +392,9 @@ void VerbsLink::OnReceive(const ibv_wc& wc) {
     Fail(r.status());
     return;
   }
-  if (std::optional<uint64_t> acked = acks_.OnPeerAck(r->ack);
-      acked && report_acks_ && cb_.on_transport_acked) {
-    cb_.on_transport_acked(*acked);
+  if (std::optional<uint64_t> acked = acks_.OnPeerAck(r->ack)) {
+    stats::Inc(stats::kIbAckReceived);
+    if (report_acks_ && cb_.on_transport_acked) cb_.on_transport_acked(*acked);
   }
   if (!r->header) return;
   if (!wire::IsCongMap(*r->header)) {

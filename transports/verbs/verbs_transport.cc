@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/errors.h"
 #include "engine/log.h"
+#include "engine/stats.h"
 #include "engine/sync.h"
 #include "engine/sys.h"
 #include "transports/verbs/ib_wire.h"
@@ -512,9 +513,11 @@ class VerbsTransport final : public Transport {
       if (existing->established()) {
         // The peer connects again while ours is up: it restarted; ours is stale.
         existing->Fail(absl::UnavailableError("the peer connected again (stale connection)"));
+        stats::Inc(stats::kIbListenClosedStale);
         Reject(e.id, 1, absl::StrCat(pair.faddr.ToString(), " connected again; the old "
                                      "connection is dropped, it retries"));
       } else {
+        stats::Inc(stats::kIbConnectRaced);
         Reject(e.id, 1, absl::StrCat("we are connecting to ", pair.faddr.ToString(),
                                      " ourselves (race; both back off)"));
       }
