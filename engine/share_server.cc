@@ -8,6 +8,7 @@
 // (SCM_RIGHTS), which this process keeps while it serves the socket: the
 // receive path drains readiness tokens there, and readiness is kept on it for
 // as long as the socket is served.
+#include <linux/rds.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,6 +40,27 @@
 
 namespace rds::share {
 namespace {
+
+// Control messages whose pointers name the sending process's memory (an RDMA
+// operation's local vectors and result, a region to register): the owner of a
+// shared socket cannot act on them in its own address space.
+bool NamesSendersMemory(msghdr& msg) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_RDS) continue;
+    switch (c->cmsg_type) {
+      case RDS_CMSG_RDMA_ARGS:
+      case RDS_CMSG_RDMA_MAP:
+      case RDS_CMSG_ATOMIC_CSWP:
+      case RDS_CMSG_ATOMIC_FADD:
+      case RDS_CMSG_MASKED_ATOMIC_CSWP:
+      case RDS_CMSG_MASKED_ATOMIC_FADD:
+        return true;
+      default:
+        break;
+    }
+  }
+  return false;
+}
 
 using share_wire::Op;
 using share_wire::Reply;
@@ -101,6 +123,15 @@ Reply Execute(RdsSocket& rs, int fd, const Request& q) {
       msg.msg_iovlen = 1;
       msg.msg_control = control.empty() ? nullptr : const_cast<uint8_t*>(control.data());
       msg.msg_controllen = control.size();
+      if (NamesSendersMemory(msg)) {
+        static std::atomic<bool> said{false};
+        if (!said.exchange(true)) {
+          log::Warn("an RDMA operation or region on a socket another process owns (inherited or "
+                    "passed): only the owning process can do it (EOPNOTSUPP)");
+        }
+        p.result = -EOPNOTSUPP;
+        return p;
+      }
       absl::StatusOr<size_t> r = rds::SendMsg(rs, msg, q.arg[0] | MSG_DONTWAIT);
       p.result = ResultOf(r.status(), r.ok() ? static_cast<int64_t>(*r) : 0);
       rds::MutexLock lock(&rs.mu);
