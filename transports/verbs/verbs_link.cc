@@ -223,7 +223,10 @@ void VerbsLink::Flush() {
       const uint32_t off = next_fragment_ * ib::kFragmentSize;
       const uint32_t n = std::min(ib::kFragmentSize, len - std::min(off, len));
       const bool last = next_fragment_ + 1 == count;
-      if (!PostFragment(header_, len ? m->payload.data() + off : nullptr, n, last, fence)) return;
+      if (!PostFragment(header_, len ? m->payload.data() + off : nullptr, n, last, fence,
+                        m->rdma_op != nullptr || close_after_flush_)) {
+        return;
+      }
       if (last) posted_.back().done = m;
       ++next_fragment_;
     }
@@ -233,7 +236,7 @@ void VerbsLink::Flush() {
     rdma_offset_ = 0;
     header_ready_ = false;
   }
-  if (close_after_flush_ && queue_.empty() && posted_.empty()) Close();
+  if (close_after_flush_ && queue_.empty() && (posted_.empty() || signalled_pending_ == 0)) Close();
 }
 
 bool VerbsLink::PostRdma(const std::shared_ptr<RdmaOp>& op, size_t index,
@@ -251,6 +254,7 @@ bool VerbsLink::PostRdma(const std::shared_ptr<RdmaOp>& op, size_t index,
   if (++unsignaled_ >= kSignalEvery || slots_in_use_ + 1 == sizes_.send_slots) {
     wr.send_flags |= IBV_SEND_SIGNALED;
     unsignaled_ = 0;
+    ++signalled_pending_;
   }
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
     Fail(absl::UnavailableError(absl::StrCat("ibv_post_send (RDMA): ", strerror(errno))));
@@ -274,7 +278,7 @@ void VerbsLink::FinishFailedRdma(const ibv_wc& wc) {
 }
 
 bool VerbsLink::PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len,
-                             bool last, bool fence) {
+                             bool last, bool fence, bool must_signal) {
   const int slot = next_slot_;
   uint8_t* p = &tx_[size_t(slot) * ib::kReceiveBufferSize];
   std::memcpy(p, header, wire::kHeaderSize);
@@ -286,13 +290,17 @@ bool VerbsLink::PostFragment(const uint8_t* header, const uint8_t* data, uint32_
   wr.opcode = IBV_WR_SEND;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  // Signalled: a message's last fragment (its completion makes it sent), every
-  // 17th, and the one that fills the ring (else nothing would free it).
-  const bool signal =
-      last || ++unsignaled_ >= kSignalEvery || slots_in_use_ + 1 == sizes_.send_slots;
+  // Signalled: every 17th, the one that fills the ring (else nothing would
+  // free it), and a message's last fragment when its completion is awaited (an
+  // RDMA operation's status; a link closing after its flush). Not every
+  // message's: each signalled send costs the engine a completion event, and
+  // messages are freed by the peer's h_ack, not by their completions.
+  const bool signal = (last && must_signal) || ++unsignaled_ >= kSignalEvery ||
+                      slots_in_use_ + 1 == sizes_.send_slots;
   if (signal) {
     wr.send_flags |= IBV_SEND_SIGNALED;
     unsignaled_ = 0;
+    ++signalled_pending_;
   }
   if (last) wr.send_flags |= IBV_SEND_SOLICITED;
   if (fence) wr.send_flags |= IBV_SEND_FENCE;
@@ -410,6 +418,7 @@ void VerbsLink::OnSendCompleted(uint64_t wr_id) {
     acks_.OnAckFrameSent();
     return;
   }
+  --signalled_pending_;
   while (!posted_.empty()) {
     Posted p = std::move(posted_.front());
     posted_.pop_front();
@@ -432,7 +441,9 @@ void VerbsLink::Close() {
 
 void VerbsLink::CloseAfterFlush() {
   close_after_flush_ = true;
-  if (queue_.empty() && posted_.empty()) Close();
+  // Unsignalled sends complete unseen: with none signalled in flight there is
+  // nothing to wait for (RC delivers what was posted before the disconnect).
+  if (queue_.empty() && (posted_.empty() || signalled_pending_ == 0)) Close();
 }
 
 void VerbsLink::Fail(const absl::Status& why) {

@@ -18,8 +18,9 @@
 // Then the message is cut into fragments, each a SEND (FENCE if the
 // operation asked for it); the last
 // one is SOLICITED (a kernel arms its receive CQ for solicited completions
-// only) and signalled, others every 17th; a message is sent (on_sent) when its
-// last SEND completed. Every header carries our acknowledgement (h_ack) and,
+// only); sends are signalled every 17th (and a message's last when its
+// completion is awaited: an RDMA operation), and a completion frees its slot
+// and every earlier one, reporting the messages in them sent (on_sent). Every header carries our acknowledgement (h_ack) and,
 // by ib::AckState, ACK_REQUIRED; an ack-only frame answers the peer's
 // ACK_REQUIRED (one in flight at most). Receiving: completions are reassembled
 // (FragmentAssembler: a protocol error drops the link), each header's h_ack
@@ -112,7 +113,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   void ScheduleFlush();
   void Flush();
   bool PostFragment(const uint8_t* header, const uint8_t* data, uint32_t len, bool last,
-                    bool fence);
+                    bool fence, bool must_signal);
   // The `index`th work request of a message's RDMA operation, at
   // `remote_offset` into the peer's region.
   bool PostRdma(const std::shared_ptr<RdmaOp>& op, size_t index, uint64_t remote_offset);
@@ -146,6 +147,7 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   int next_slot_ = 0;
   int slots_in_use_ = 0;
   int unsignaled_ = 0;
+  int signalled_pending_ = 0;  // signalled sends (not the ack frame) not yet completed
   struct Posted {
     int slot;
     MessagePtr done;  // set on a message's last fragment
