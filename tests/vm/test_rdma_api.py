@@ -51,6 +51,8 @@ def main():
                  f"soft-RoCE and rds_rdma came up: {results.get('setup', 'ok')}")
     for phase, who in (("", "kernel node"), ("shim-", "shim to shim")):
         for name, what in EXPECT.items():
+            if name == "shim-read" and not phase:
+                continue  # shim to shim only for now (rdma_api.py, READ_BACK)
             got = results.get(phase + name, "").strip()
             checks.check(got == "ok", f"{who}: {what}: {got or None}")
     checks.check("unexpected" not in results, f"no unexpected message: {results.get('unexpected')}")
