@@ -103,7 +103,14 @@ void Engine::ConnectPath(Path& p) {
   const bool to_owner = p.node_index >= 0 && c.relaying();
   const uint32_t target = IsKernelPath(p) ? 0 : (to_owner ? c.node_owner : p.peer_pid);
   LinkTarget to{c.ns, c.key.laddr, c.key.faddr, target};
-  if (IsKernelPath(p)) to.node_path = p.node_index;
+  if (IsKernelPath(p)) {
+    to.node_path = p.node_index;
+    to.source_port = p.last_source_port;  // LinkTarget::source_port
+    if (to.source_port != 0) {
+      log::Debug("%s: reconnecting from port %d, the last connection's",
+                 c.key.faddr.ToString(), to.source_port);
+    }
+  }
   const bool same_host = c.local || to_owner || p.relay_peer;
   Transport& transport = !same_host && c.rdma ? *transports_.rdma : transports_.For(same_host);
   absl::StatusOr<std::shared_ptr<Link>> opened =
@@ -123,6 +130,7 @@ void Engine::ConnectPath(Path& p) {
   }
   std::shared_ptr<Link> link = *std::move(opened);
   p.connecting = link;
+  p.connecting_since = absl::Now();
   if (IsKernelPath(p)) {
     ConnectKernelPath(p, link);
     return;
@@ -190,6 +198,9 @@ void Engine::OnConnectFailed(Path& p, const std::shared_ptr<Link>& link, const a
   if (p.connecting != link) return;
   p.connecting.reset();
   log::Debug("connect attempt to %s failed: %s", p.conn.key.faddr.ToString(), why.ToString());
+  // The last connection's port is tried until an attempt from it is answered
+  // (its SYN may be lost as the one that failed our side of it).
+  if (!absl::IsDeadlineExceeded(why)) p.last_source_port = 0;
   if (absl::IsNotFound(why) && p.node_index >= 0 && p.conn.relaying()) {
     OnRelayOwnerGone(p);
     return;
@@ -294,6 +305,7 @@ void Engine::AttachLink(Path& p, std::shared_ptr<Link> link, uint32_t peer_gen,
   p.link = link;
   p.peer_gen = peer_gen;
   p.up_since = absl::Now();
+  p.last_source_port = 0;
   p.backoff = absl::ZeroDuration();
   Path* pp = &p;
   std::weak_ptr<Link> weak = link;
@@ -339,6 +351,11 @@ void Engine::OnPathDown(Path& p, const absl::Status& why) {
             why.ToString());
   if (IsKernelPath(p)) NoteKernelPathDown(p);
   stats::Inc(stats::kConnReset);
+  if (IsKernelPath(p) && p.conn.key.laddr < p.conn.key.faddr && !p.conn.rdma) {
+    // We connected it (the smaller address): reconnect from its port.
+    std::optional<Link::Endpoints> e = p.link->endpoints();
+    p.last_source_port = e ? e->local.port : 0;
+  }
   p.link.reset();
   p.last_destination = {};  // a closed socket's object is not kept for an idle path
   ReturnUnackedToBacklog(p);

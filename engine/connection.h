@@ -68,6 +68,11 @@ class Path {
   uint32_t peer_gen = 0;
   std::shared_ptr<Link> link;        // established (hello exchanged)
   std::shared_ptr<Link> connecting;  // our outgoing attempt, until its reply
+  // A kernel node's path that went down: the source port of its connection,
+  // tried first by the next connects until one from it is answered or the
+  // path is up again (LinkTarget::source_port); 0: none.
+  uint16_t last_source_port = 0;
+  absl::Time connecting_since = absl::InfinitePast();  // when `connecting` was opened
   // Sending: sequenced messages waiting for a link (retransmissions first),
   // and messages handed to a link but not yet acknowledged by the peer. A
   // message's send-buffer space is released when it is acknowledged.

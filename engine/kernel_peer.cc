@@ -36,6 +36,10 @@ constexpr absl::Duration kNodeQuietAccept = absl::Milliseconds(250);
 // A poke this long after our path 0 came up is no late echo of the node's
 // poking before it took our connection: it has dropped that connection.
 constexpr absl::Duration kPokeAfterUp = absl::Seconds(3);
+// A poke while our own connect to the node has had no answer for this long:
+// our SYN was lost (or waits in the kernel's SYN back-off) while the node's
+// path is free now; a fresh connect gets in, the old one might not for seconds.
+constexpr absl::Duration kPokeReplacesConnect = absl::Milliseconds(300);
 }  // namespace
 
 Path* Engine::AdoptKernelLink(Connection& c, std::shared_ptr<Link> link, int index) {
@@ -457,6 +461,15 @@ void Engine::OnPoke(const std::shared_ptr<NetNs>& ns, const Link::Endpoints& e) 
       p.link->Close();
       OnPathDown(p, absl::UnavailableError("the node gave up the connection (it poked)"));
       return;  // OnPathDown retries at once: the first retry after a path was up has no delay
+    }
+    if (p.connecting && p.connecting->AwaitingConnect() &&
+        absl::Now() - p.connecting_since > kPokeReplacesConnect) {
+      log::Debug("%s: our connect to the node had no answer for %lld ms; connecting again",
+                 p.connecting->Describe(),
+                 static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - p.connecting_since)));
+      std::shared_ptr<Link> unanswered = std::move(p.connecting);
+      p.connecting.reset();
+      unanswered->Close();
     }
     if (p.link || p.connecting) return;
     if (p.retry_timer && !p.reopen_waited && !p.connect_delayed) {

@@ -198,7 +198,7 @@ absl::StatusOr<AppliedControl> ApplyControl(RdsSocket& rs, ControlMessages& cm, 
         return absl::OkStatus();
       }
       case RDS_CMSG_RDMA_DEST: {
-        uint64_t cookie;
+        uint64_t cookie = 0;
         if (absl::Status s = CmsgPayload(c, &cookie); !s.ok()) return s;
         if (out.rdma_dest) return RdsError(EINVAL);  // one per message
         absl::StatusOr<std::shared_ptr<MemoryRegion>> region = rdma::DestRegion(rs, cookie);

@@ -95,6 +95,9 @@ class Link {
   // we): report the medium's acknowledgements through on_transport_acked.
   // False if the medium has none to report.
   virtual bool ReportTransportAcks() { return false; }
+  // An outgoing link whose connect the peer has not answered yet (a TCP SYN
+  // without its SYN-ACK). Links that cannot tell say false.
+  virtual bool AwaitingConnect() const { return false; }
   // An RDMA connection (transports/verbs): its peer, kernel rds_rdma or a shim
   // engine, speaks the kernel's protocol and sends its congestion map first.
   virtual bool IsRdma() const { return false; }
@@ -151,6 +154,14 @@ struct LinkTarget {
   // A kernel node's path (0..7): a TCP connection's source port is then
   // chosen with port % 8 == node_path (kernel-rds.md §C.7, SPORT_IDX). -1: any.
   int node_path = -1;
+  // TCP: the source port to try first (0: none), falling back to the usual
+  // choice when it cannot be bound. A kernel node's path reconnects from the
+  // port of its last connection: a node that still holds that connection
+  // (our side died silently, our reset lost) answers the SYN with a challenge
+  // ACK, our SYN_SENT socket answers that with a reset in its window, and the
+  // stale connection is gone at once — instead of refusing every new
+  // connection until its own retransmissions meet our host (RFC 5961 §4).
+  uint16_t source_port = 0;
 };
 
 // What a transport gets from the engine that runs it.

@@ -414,6 +414,54 @@ TEST_F(LinkPairTest, AnAcceptedConnectionResetBeforeAcceptKeepsItsAddresses) {
   });
 }
 
+// A connect the peer never answers (its SYN dropped: here a listener whose
+// accept queue is full) fails at the deadline with DeadlineExceeded — not at
+// the kernel's SYN back-off — and is reported through on_closed.
+TEST_F(LinkPairTest, AConnectWithoutAnswerFailsAtItsDeadline) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(listener, 0), 0);  // room for one unaccepted connection
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  int first = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(first, 0);
+  ASSERT_EQ(connect(first, reinterpret_cast<sockaddr*>(&addr), len), 0);  // fills the queue
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_NE(connect(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(errno, EINPROGRESS);
+  thread_ = std::thread([this] { loop_.Run(); });
+  std::atomic<bool> closed{false};
+  absl::Status why;
+  const absl::Time start = absl::Now();
+  OnLoop([&] {
+    a_ = StreamLink::Create(loop_, sys::MakeInternal(fd), /*connecting=*/true, false, "unanswered");
+    Link::Callbacks cb;
+    cb.on_closed = [&](const absl::Status& s) {
+      why = s;
+      closed.store(true);
+    };
+    a_->SetCallbacks(std::move(cb));
+    a_->ArmConnectDeadline(absl::Milliseconds(300));
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  bool awaiting = false;
+  OnLoop([&] { awaiting = a_->AwaitingConnect(); });
+  EXPECT_TRUE(awaiting);
+  EXPECT_FALSE(closed.load());
+  ASSERT_TRUE(Eventually([&] { return closed.load(); }));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(why)) << why;
+  OnLoop([&] { awaiting = a_->AwaitingConnect(); });
+  EXPECT_FALSE(awaiting);
+  close(first);
+  close(listener);
+}
+
 // A kernel node's connection handed on mid-message (an image that ends
 // passes it to the next process): the reader stops with a message read in
 // part; a link over a duplicate of the socket, given those bytes back, reads

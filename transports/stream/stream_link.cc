@@ -230,6 +230,7 @@ void StreamLink::OnEstablished() {
     if (handshake_acked_ >= 0 && sys::Ioctl(fd_, SIOCOUTQ, &queued) == 0 && queued > 0) {
       handshake_acked_ += queued;
     }
+    endpoints();  // kept: a link that died has none to ask its socket for
   }
   if (!share_payloads_ || arena_) return;
   std::shared_ptr<ShmArena> arena = ShmArena::Existing();
@@ -281,6 +282,18 @@ void StreamLink::Close() {
 void StreamLink::CloseAfterFlush() {
   close_after_flush_ = true;
   if (out_.empty() && !connecting_) Close();
+}
+
+void StreamLink::ArmConnectDeadline(absl::Duration limit) {
+  std::weak_ptr<StreamLink> weak = weak_from_this();
+  loop_.After(limit, [weak, limit] {
+    std::shared_ptr<StreamLink> l = weak.lock();
+    if (l && l->connecting()) {
+      stats::Inc(stats::kShimConnFailed);
+      l->Fail(absl::DeadlineExceededError(absl::StrFormat(
+          "connect: no answer within %lld ms", static_cast<long long>(absl::ToInt64Milliseconds(limit)))));
+    }
+  });
 }
 
 void StreamLink::Fail(const absl::Status& why) {

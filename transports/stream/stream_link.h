@@ -60,6 +60,15 @@ class StreamLink : public Link, public std::enable_shared_from_this<StreamLink> 
   void Close() override;
   void CloseAfterFlush() override;
   std::string Describe() const override { return description_; }
+  // A link made with `connecting`: fails (DeadlineExceeded, reported through
+  // on_closed as any failure) unless its connect completes within `limit`.
+  // A SYN lost while the peer was unreachable is otherwise retried by the
+  // kernel's own back-off (1, 3, 7, 15 … s), and the engine, which would try
+  // again at once, waits on it meanwhile.
+  void ArmConnectDeadline(absl::Duration limit);
+  // Still in its connect (no answer from the peer yet).
+  bool connecting() const { return connecting_ && !closed_; }
+  bool AwaitingConnect() const override { return connecting(); }
 
   int fd() const { return fd_; }
   // When the read that completed the message being handed to on_message

@@ -81,15 +81,23 @@ int BindPathPort(int fd, const RdsAddr& laddr, int path) {
 }  // namespace
 
 absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port,
-                            int path) {
+                            int path, uint16_t source_port) {
   sockaddr_storage local, remote;
   socklen_t llen = ToSockaddr(laddr, 0, &local);
   socklen_t rlen = ToSockaddr(faddr, port, &remote);
   int fd = sys::Socket(remote.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrFormat("socket: %s", strerror(errno)));
   Tune(fd);
-  const int bound = path >= 0 ? BindPathPort(fd, laddr, path)
-                              : sys::Bind(fd, reinterpret_cast<sockaddr*>(&local), llen);
+  int bound = -1;
+  if (source_port != 0) {
+    sockaddr_storage preferred;
+    socklen_t plen = ToSockaddr(laddr, source_port, &preferred);
+    bound = sys::Bind(fd, reinterpret_cast<sockaddr*>(&preferred), plen);
+  }
+  if (bound != 0) {
+    bound = path >= 0 ? BindPathPort(fd, laddr, path)
+                      : sys::Bind(fd, reinterpret_cast<sockaddr*>(&local), llen);
+  }
   if (bound != 0) {
     int err = errno;
     sys::Close(fd);

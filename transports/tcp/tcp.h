@@ -29,8 +29,9 @@ absl::StatusOr<int> Listen(uint16_t port);
 int Accept(int listen_fd, RdsEndpoint* peer, RdsEndpoint* local);
 // A non-blocking connection from laddr to faddr:port; `path` >= 0: from a
 // source port p with p % 8 == path (a kernel node's path, SPORT_IDX).
+// `source_port` != 0: that port if it can be bound (LinkTarget::source_port).
 absl::StatusOr<int> Connect(const RdsAddr& laddr, const RdsAddr& faddr, uint16_t port,
-                            int path = -1);
+                            int path = -1, uint16_t source_port = 0);
 // Socket options of every TCP link (both ends): no Nagle, keepalives, the
 // user timeout, and the congestion control named by RDS_PRELOAD_TCP_CONGESTION, if any.
 void Tune(int fd);

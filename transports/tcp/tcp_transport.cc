@@ -15,6 +15,14 @@
 namespace rds {
 namespace {
 
+// An outgoing connection not established within this is given up and the
+// engine tries again with a fresh SYN (and source port) at once: the kernel's
+// own SYN back-off (1, 3, 7, 15 … s) kept a path down for many seconds after
+// a peer became reachable again (a SYN lost while a kernel node still held
+// our old connection, DESIGN.md §3.5). Long enough for one lost SYN's
+// retransmission to be answered.
+constexpr absl::Duration kConnectDeadline = absl::Seconds(3);
+
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(const TransportContext& ctx) : ctx_(ctx) {}
@@ -48,14 +56,16 @@ class TcpTransport final : public Transport {
     absl::Status s = to.ns->RunIn([&]() -> absl::Status {
       absl::StatusOr<int> r =
           tcp::Connect(to.laddr, to.faddr, static_cast<uint16_t>(conf::Get().tcp_port),
-                       to.node_path);
+                       to.node_path, to.source_port);
       if (!r.ok()) return r.status();
       fd = *r;
       return absl::OkStatus();
     });
     if (!s.ok()) return s;
-    return std::shared_ptr<Link>(StreamLink::Create(*ctx_.loop, fd, /*connecting=*/true,
-                                                    /*accept_fds=*/false, "tcp " + what));
+    std::shared_ptr<StreamLink> link = StreamLink::Create(*ctx_.loop, fd, /*connecting=*/true,
+                                                          /*accept_fds=*/false, "tcp " + what);
+    link->ArmConnectDeadline(kConnectDeadline);
+    return std::shared_ptr<Link>(std::move(link));
   }
 
   std::shared_ptr<Link> Adopt(int fd, const std::string& what) override {
