@@ -24,6 +24,7 @@
 #include "preload/fd_table.h"
 #include "preload/lifecycle.h"
 #include "preload/real.h"
+#include "preload/sdp_fds.h"
 
 using rds::RdsSocket;
 using rds::preload::Fail;
@@ -60,6 +61,7 @@ int CloseRangeImpl(unsigned int first, unsigned int last, int flags) {
   if ((flags & CLOSE_RANGE_CLOEXEC) || rds::preload::InVforkChild()) {
     return rds::real::close_range(first, last, flags);
   }
+  rds::preload::sdp_fds::ForgetRange(first, last);
   // Close around the engine's fds.
   std::vector<unsigned int> internal;
   rds::sys::ForEachInternal([&](int fd) { internal.push_back(static_cast<unsigned int>(fd)); });
@@ -89,6 +91,9 @@ int CloseRangeImpl(unsigned int first, unsigned int last, int flags) {
 extern "C" {
 
 int close(int fd) {
+  if (rds::preload::sdp_fds::Any() && !rds::preload::InVforkChild()) {
+    rds::preload::sdp_fds::Forget(fd);
+  }
   const bool internal = rds::sys::IsInternal(fd);
   if (!internal && !rds::preload::MaybeRds(fd)) return rds::real::close(fd);
   if (rds::preload::InVforkChild()) return rds::real::close(fd);
@@ -116,6 +121,7 @@ int dup(int fd) {
   auto e = Lookup(fd);
   int r = rds::real::dup(fd);
   if (r >= 0 && e) Duplicate(e, r);
+  if (r >= 0) rds::preload::sdp_fds::Duplicate(fd, r);
   return r;
 }
 
@@ -125,7 +131,12 @@ static int Dup2Impl(int oldfd, int newfd, int flags, bool three) {
   };
   const bool involved = rds::sys::IsInternal(oldfd) || rds::sys::IsInternal(newfd) ||
                         rds::preload::MaybeRds(oldfd) || rds::preload::MaybeRds(newfd);
-  if (!involved) return real();
+  if (!involved) {
+    const int r = real();
+    // OpenJDK makes a TCP socket SDP by dup2 of an SDP socket over it.
+    if (r >= 0 && !rds::preload::InVforkChild()) rds::preload::sdp_fds::Duplicate(oldfd, newfd);
+    return r;
+  }
   if (rds::preload::InVforkChild()) return real();
   if (rds::sys::IsInternal(oldfd)) return Fail<int>(EBADF);  // not open, for the application
   if (rds::sys::IsInternal(newfd)) {
@@ -138,6 +149,7 @@ static int Dup2Impl(int oldfd, int newfd, int flags, bool three) {
   auto e = Lookup(oldfd);
   int r = real();
   if (r < 0 || oldfd == newfd) return r;
+  rds::preload::sdp_fds::Duplicate(oldfd, newfd);
   std::shared_ptr<const FdEntry> replaced = rds::preload::Unpublish(newfd);
   Duplicate(e, newfd);
   DropEntry(replaced);
@@ -156,6 +168,7 @@ static int FcntlImpl(int fd, int cmd, long arg) {
   if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
   auto e = Lookup(fd);
   int r = rds::real::fcntl(fd, cmd, arg);
+  if (r >= 0 && dups) rds::preload::sdp_fds::Duplicate(fd, r);
   if (!e || r < 0) return r;
   if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
     Duplicate(e, r);

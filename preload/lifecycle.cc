@@ -21,11 +21,13 @@
 #include "engine/share.h"
 #include "engine/socket.h"
 #include "preload/fd_table.h"
+#include "preload/sdp_fds.h"
 
 namespace rds::preload {
 namespace {
 
 void PrepareFork() {
+  sdp_fds::LockForFork();
   LockTableForFork();
   PrepareEngineForFork();
 }
@@ -33,6 +35,7 @@ void PrepareFork() {
 void ParentFork() {
   ParentAfterFork();
   UnlockTableAfterFork();
+  sdp_fds::UnlockAfterFork();
   // The child holds every descriptor this process has (engine/share.h).
   for (auto& [fd, rs] : OwnedFds()) share::MarkShared(*rs, fd);
 }
@@ -40,6 +43,7 @@ void ParentFork() {
 void ChildAfterFork() {
   ResetEngineAfterFork();
   UnlockTableAfterFork();
+  sdp_fds::UnlockAfterFork();
   ReexamineAllAfterFork();
 }
 

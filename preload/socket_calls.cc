@@ -16,11 +16,16 @@
 #include "preload/fd_table.h"
 #include "preload/lifecycle.h"
 #include "preload/real.h"
+#include "preload/sdp_calls.h"
+#include "preload/sdp_fds.h"
+#include "sdp/socket_forms.h"
 
 using rds::RdsSocket;
 using rds::preload::Fail;
 using rds::preload::Lookup;
 using rds::preload::Run;
+namespace sdp_fds = rds::preload::sdp_fds;
+namespace sdp_calls = rds::preload::sdp_calls;
 
 namespace {
 
@@ -79,8 +84,10 @@ int CreateRdsSocket(int type, int protocol) {
 extern "C" {
 
 int socket(int domain, int type, int protocol) {
-  if (domain != AF_RDS) return rds::real::socket(domain, type, protocol);
-  return CreateRdsSocket(type, protocol);
+  if (domain == AF_RDS) return CreateRdsSocket(type, protocol);
+  const rds::sdp::SocketForm sdp = rds::sdp::ClassifySocketCall(domain, type, protocol);
+  if (sdp.sdp) return rds::preload::sdp_calls::Socket(sdp);
+  return rds::real::socket(domain, type, protocol);
 }
 
 int socketpair(int domain, int type, int protocol,
@@ -99,32 +106,47 @@ int socketpair(int domain, int type, int protocol,
 
 int bind(int fd, const sockaddr* addr, socklen_t len) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::bind(fd, addr, len);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Bind(*s, fd, addr, len);
+    return rds::real::bind(fd, addr, len);
+  }
   return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Bind(rs, addr, len); });
 }
 
 int connect(int fd, const sockaddr* addr, socklen_t len) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::connect(fd, addr, len);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Connect(*s, fd, addr, len);
+    return rds::real::connect(fd, addr, len);
+  }
   return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Connect(rs, addr, len); });
 }
 
 int listen(int fd, int backlog) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::listen(fd, backlog);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Listen(*s, fd, backlog);
+    return rds::real::listen(fd, backlog);
+  }
   return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
 
 int accept(int fd, sockaddr* addr, socklen_t* len) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::accept(fd, addr, len);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Accept(*s, fd, addr, len, 0, false);
+    return rds::real::accept(fd, addr, len);
+  }
   return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
 
 int accept4(int fd, sockaddr* addr, socklen_t* len,
                                                    int flags) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::accept4(fd, addr, len, flags);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Accept(*s, fd, addr, len, flags, true);
+    return rds::real::accept4(fd, addr, len, flags);
+  }
   if (flags & ~kTypeFlags) return Fail<int>(EINVAL);
   return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
@@ -157,14 +179,20 @@ int getpeername(int fd, sockaddr* addr, socklen_t* len) {
 int setsockopt(int fd, int level, int name,
                                                       const void* val, socklen_t len) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::setsockopt(fd, level, name, val, len);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::SetSockOpt(*s, fd, level, name, val, len);
+    return rds::real::setsockopt(fd, level, name, val, len);
+  }
   return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::SetSockOpt(rs, fd, level, name, val, len); });
 }
 
 int getsockopt(int fd, int level, int name, void* val,
                                                       socklen_t* len) {
   auto e = Lookup(fd);
-  if (!e) return rds::real::getsockopt(fd, level, name, val, len);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::GetSockOpt(*s, fd, level, name, val, len);
+    return rds::real::getsockopt(fd, level, name, val, len);
+  }
   return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::GetSockOpt(rs, fd, level, name, val, len); });
 }
 

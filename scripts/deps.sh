@@ -3,6 +3,7 @@
 # clang + libclang-rt-14-dev: the libFuzzer targets (-fsanitize=fuzzer; scripts/fuzz.sh);
 # llvm: llvm-symbolizer, for symbolized sanitizer reports. g++'s ASan/UBSan/TSan runtimes
 # (libasan8, libubsan1, libtsan2) come with build-essential. gnuplot-nox: rds-bench's PNG plot.
+# openjdk-17-jdk-headless: OpenJDK's own SDP support against the shim (tests/integration/test_sdp.py).
 set -euo pipefail
 packages=(
   build-essential g++ meson ninja-build pkg-config
@@ -11,6 +12,7 @@ packages=(
   python3 iproute2 procps
   clang libclang-rt-14-dev llvm
   gnuplot-nox
+  openjdk-17-jdk-headless
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,7 +3,9 @@
 #   engine/      reaches transports only through transports/transport.h, registry.h and
 #                host_channel.h (never tcp/, unix/, stream/), and never preload/ or tools/;
 #   transports/  never includes preload/ or tools/;
-#   conf/        includes only conf/ and engine/sys.h (raw system calls).
+#   conf/        includes only conf/ and engine/sys.h (raw system calls);
+#   sdp/         (the SDP socket rules) includes none of engine/, transports/, preload/, tools/,
+#                and neither engine/ nor transports/ include it.
 # Usage: check_layering.sh SOURCE_ROOT [STAMP]: STAMP is written when the rules hold (the build
 # runs it on every ninja, so an include against the layering fails the build).
 set -euo pipefail
@@ -23,6 +25,9 @@ check() {  # folder, forbidden-include regex, rule
 }
 check engine 'transports/(tcp|unix|stream)/|preload/|tools/' 'a transport'"'"'s own headers, preload/ or tools/'
 check transports 'preload/|tools/' 'preload/ or tools/'
+check engine 'sdp/' 'sdp/ (the SDP API is the preload layer'"'"'s, DESIGN.md §11)'
+check transports 'sdp/' 'sdp/'
+check sdp 'engine/|transports/|preload/|tools/' 'the RDS layers, preload/ or tools/'
 check conf 'engine/[^s]|engine/s[^y]|preload/|transports/|tools/' 'anything but conf/ and engine/sys.h'
 if [ "$bad" = 0 ] && [ -n "$stamp" ]; then : >"$stamp"; fi
 exit "$bad"

@@ -1,0 +1,175 @@
+// preload/sdp_calls.cc — SDP sockets over kernel TCP.
+#include "preload/sdp_calls.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "engine/errors.h"
+#include "engine/log.h"
+#include "engine/usercopy.h"
+#include "preload/errno_policy.h"
+#include "preload/real.h"
+#include "sdp/sockaddr.h"
+#include "sdp/sockopt.h"
+
+namespace rds::preload::sdp_calls {
+namespace {
+
+// Why an SDP socket runs over TCP, until the verbs transport is built.
+constexpr const char* kWhyTcp = "SDP over RDMA verbs is not built yet (issue 18)";
+
+void WarnOnce() {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    log::Warn("SDP sockets of this process run over TCP: %s", kWhyTcp);
+  }
+}
+
+std::string Describe(const sockaddr_storage& ss) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
+    inet_ntop(AF_INET, &in.sin_addr, text, sizeof(text));
+    return absl::StrFormat("%s:%d", text, ntohs(in.sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
+    inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof(text));
+    return absl::StrFormat("[%s]:%d", text, ntohs(in6.sin6_port));
+  }
+  return absl::StrFormat("(family %d)", ss.ss_family);
+}
+
+std::string LocalName(int fd) {
+  sockaddr_storage ss = {};
+  socklen_t len = sizeof(ss);
+  if (real::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  return Describe(ss);
+}
+
+// The address as the kernel must see it, or an errno (the kernel's own for a
+// bad length or pointer). `*use` is `addr` itself unless it was rewritten.
+int KernelAddress(const sockaddr* addr, socklen_t len, sockaddr_storage* copy,
+                  const sockaddr** use) {
+  *use = addr;
+  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sa_family_t))) return 0;
+  absl::Status s = usercopy::SockaddrFromUser(addr, len, copy);
+  if (!s.ok()) return ErrnoOf(s);
+  if (!sdp::HasSdpFamily(copy->ss_family)) return 0;
+  sdp::ToKernelFamily(copy);
+  *use = reinterpret_cast<const sockaddr*>(copy);
+  return 0;
+}
+
+}  // namespace
+
+int Socket(const sdp::SocketForm& form) {
+  if (form.error != 0) return Fail<int>(form.error);
+  const int fd = real::socket(form.family, form.type, IPPROTO_TCP);
+  if (fd < 0) return fd;
+  sdp_fds::Mark(fd, std::make_shared<sdp_fds::SdpFd>(form.family));
+  WarnOnce();
+  log::Debug("socket(SDP, %s) = %d, over TCP", form.family == AF_INET6 ? "IPv6" : "IPv4", fd);
+  return fd;
+}
+
+int Bind(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
+  sockaddr_storage copy;
+  const sockaddr* use = nullptr;
+  if (int err = KernelAddress(addr, len, &copy, &use)) return Fail<int>(err);
+  const int r = real::bind(fd, use, len);
+  const int err = r == 0 ? 0 : errno;
+  {
+    rds::MutexLock lock(&s.mu);
+    s.opts.last_bind_err = -err;  // SDP_LAST_BIND_ERR
+  }
+  if (r != 0) errno = err;
+  return r;
+}
+
+int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
+  (void)s;
+  sockaddr_storage copy;
+  const sockaddr* use = nullptr;
+  if (int err = KernelAddress(addr, len, &copy, &use)) return Fail<int>(err);
+  if (log::Enabled(log::Level::kInfo)) {
+    sockaddr_storage shown = {};
+    if (use != nullptr) usercopy::SockaddrFromUser(use, len, &shown).IgnoreError();
+    sdp::ToKernelFamily(&shown);
+    log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(shown), kWhyTcp);
+  }
+  return real::connect(fd, use, len);
+}
+
+int Listen(sdp_fds::SdpFd& s, int fd, int backlog) {
+  (void)s;
+  const int r = real::listen(fd, backlog);
+  if (r == 0) log::Info("SDP fd %d: listening on %s over TCP (%s)", fd, LocalName(fd), kWhyTcp);
+  return r;
+}
+
+int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags, bool four) {
+  const int r = four ? real::accept4(fd, addr, len, flags) : real::accept(fd, addr, len);
+  if (r >= 0) sdp_fds::Mark(r, std::make_shared<sdp_fds::SdpFd>(s.family));
+  return r;
+}
+
+int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, socklen_t len) {
+  int value = 0;
+  const bool stored = (level == IPPROTO_TCP && name == sdp::kSdpZcopyThresh);
+  if (stored && len >= static_cast<socklen_t>(sizeof(value))) {
+    if (absl::Status c = usercopy::FromUser(&value, val, sizeof(value)); !c.ok()) {
+      return Fail<int>(ErrnoOf(c));
+    }
+  }
+  sdp::OptionCall call;
+  {
+    rds::MutexLock lock(&s.mu);
+    call = sdp::SetOption(s.opts, level, name, &value, len);
+  }
+  switch (call.kind) {
+    case sdp::OptionCall::Kind::kKernel:
+      return real::setsockopt(fd, level, name, val, len);
+    case sdp::OptionCall::Kind::kKernelAs:
+      return real::setsockopt(fd, call.level, call.name, val, len);
+    case sdp::OptionCall::Kind::kAnswered:
+      break;
+  }
+  return call.error != 0 ? Fail<int>(call.error) : 0;
+}
+
+int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, socklen_t* len) {
+  int value = 0;
+  sdp::OptionCall call;
+  {
+    rds::MutexLock lock(&s.mu);
+    call = sdp::GetOption(s.opts, level, name, &value);
+  }
+  switch (call.kind) {
+    case sdp::OptionCall::Kind::kKernel:
+      return real::getsockopt(fd, level, name, val, len);
+    case sdp::OptionCall::Kind::kKernelAs:
+      return real::getsockopt(fd, call.level, call.name, val, len);
+    case sdp::OptionCall::Kind::kAnswered:
+      break;
+  }
+  if (call.error != 0) return Fail<int>(call.error);
+  // As the kernel's int options: the length is read, at most an int written.
+  socklen_t have = 0;
+  if (absl::Status c = usercopy::FromUser(&have, len, sizeof(have)); !c.ok()) {
+    return Fail<int>(ErrnoOf(c));
+  }
+  if (static_cast<int>(have) < 0) return Fail<int>(EINVAL);
+  const socklen_t n = std::min<socklen_t>(have, sizeof(value));
+  if (absl::Status c = usercopy::ToUser(val, &value, n); !c.ok()) return Fail<int>(ErrnoOf(c));
+  if (absl::Status c = usercopy::ToUser(len, &n, sizeof(n)); !c.ok()) return Fail<int>(ErrnoOf(c));
+  return 0;
+}
+
+}  // namespace rds::preload::sdp_calls

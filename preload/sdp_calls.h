@@ -1,0 +1,33 @@
+// preload/sdp_calls.h — what the socket wrappers do for an SDP fd (DESIGN.md §11).
+//
+// Each returns what the libc call returns (-1 with errno on failure). The fd
+// is a kernel TCP socket: the kernel does the call, after the address family
+// is made the kernel's (27 / 28 → AF_INET / AF_INET6) and with the SDP-only
+// options answered here. connect() and listen() log which transport the
+// socket uses (info level); the first SDP socket of a process warns that
+// SDP runs over TCP only, until the verbs transport exists.
+//
+// Thread-safety: safe for concurrent use.
+#ifndef RDS_PRELOAD_SDP_CALLS_H_
+#define RDS_PRELOAD_SDP_CALLS_H_
+
+#include <sys/socket.h>
+
+#include "preload/sdp_fds.h"
+#include "sdp/socket_forms.h"
+
+namespace rds::preload::sdp_calls {
+
+// socket() for an SDP form (form.sdp): its error, or a new SDP fd.
+int Socket(const sdp::SocketForm& form);
+int Bind(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len);
+int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len);
+int Listen(sdp_fds::SdpFd& s, int fd, int backlog);
+// accept / accept4 (`four`): the new fd is an SDP socket too.
+int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags, bool four);
+int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, socklen_t len);
+int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, socklen_t* len);
+
+}  // namespace rds::preload::sdp_calls
+
+#endif  // RDS_PRELOAD_SDP_CALLS_H_

@@ -1,0 +1,46 @@
+// preload/sdp_fds.h — which fds are SDP sockets (DESIGN.md §11).
+//
+// An SDP socket's fd is a kernel TCP socket; this table says which fds are
+// SDP and holds their SDP-only state (options). It follows the fd: dup, dup2,
+// dup3 and F_DUPFD share the entry (one open socket), close and close_range
+// drop it, accept on an SDP listener makes a new one. It survives fork (the
+// child's copy of memory) and not exec. A process that never made an SDP
+// socket pays one relaxed load per call that consults it.
+//
+// Thread-safety: safe for concurrent use; SdpFd::opts under SdpFd::mu.
+#ifndef RDS_PRELOAD_SDP_FDS_H_
+#define RDS_PRELOAD_SDP_FDS_H_
+
+#include <memory>
+
+#include "engine/sync.h"
+#include "sdp/sockopt.h"
+
+namespace rds::preload::sdp_fds {
+
+struct SdpFd {
+  explicit SdpFd(int family) : family(family) {}
+  const int family;  // AF_INET or AF_INET6
+  rds::Mutex mu;
+  sdp::SdpOptions opts ABSL_GUARDED_BY(mu);
+};
+
+// True once this process has had any SDP fd.
+bool Any();
+// The entry of `fd`, or null.
+std::shared_ptr<SdpFd> Find(int fd);
+// `fd` is an SDP socket (a new one, or one accepted).
+void Mark(int fd, std::shared_ptr<SdpFd> s);
+// `fd` was closed (or replaced by dup2 onto it).
+void Forget(int fd);
+void ForgetRange(unsigned int first, unsigned int last);
+// `to` now refers to what `from` refers to (dup family): SDP if `from` is.
+void Duplicate(int from, int to);
+
+// fork: the table's lock is held across it (preload/lifecycle.cc).
+void LockForFork();
+void UnlockAfterFork();
+
+}  // namespace rds::preload::sdp_fds
+
+#endif  // RDS_PRELOAD_SDP_FDS_H_
