@@ -139,6 +139,10 @@ const std::vector<Spec>& Schema() {
        "handlers only for signals the program left at their default"},
       {"LOG_FILE", &Settings::log_file, [] { return std::string(); }, {0, 0},
        "log destination; empty means stderr; %p is replaced by the pid"},
+      {"SDP_CONFIG", &Settings::sdp_config, [] { return std::string(); }, {0, 0},
+       "a file of libsdp rules (`use sdp|tcp|both server|client PROGRAM ADDRESS[/PREFIX]:PORTS`) "
+       "by which ordinary TCP sockets become SDP sockets at connect() and listen(); empty: "
+       "none are converted"},
   };
   return *schema;
 }

@@ -61,6 +61,7 @@ struct Settings {
   bool show_config;            // print the non-default settings when the shim starts
   bool backtrace;              // print a backtrace on a fatal signal (installs handlers)
   std::string log_file;        // empty: stderr; "%p" is replaced by the pid
+  std::string sdp_config;      // libsdp-style rules converting TCP sockets to SDP (DESIGN.md §11)
 };
 
 // One entry of the schema, for documentation and the parser.

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <fstream>
+#include <mutex>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -15,6 +18,8 @@
 #include "engine/usercopy.h"
 #include "preload/errno_policy.h"
 #include "preload/real.h"
+#include "conf/settings.h"
+#include "sdp/rules.h"
 #include "sdp/sockaddr.h"
 #include "sdp/sockopt.h"
 
@@ -67,7 +72,73 @@ int KernelAddress(const sockaddr* addr, socklen_t len, sockaddr_storage* copy,
   return 0;
 }
 
+// RDS_PRELOAD_SDP_CONFIG's rules, read once (null: no file set).
+const sdp::RuleSet* Rules() {
+  static const sdp::RuleSet* rules = [] () -> const sdp::RuleSet* {
+    const std::string& path = conf::Get().sdp_config;
+    if (path.empty()) return nullptr;
+    std::ifstream in(path);
+    if (!in) {
+      log::Warn("RDS_PRELOAD_SDP_CONFIG=%s: cannot be read; no TCP socket is converted to SDP",
+                path);
+      return nullptr;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<std::string> errors;
+    auto* set = new sdp::RuleSet(sdp::ParseRules(text.str(), &errors));
+    for (const std::string& e : errors) log::Warn("RDS_PRELOAD_SDP_CONFIG=%s, %s: skipped", path, e);
+    return set;
+  }();
+  return rules;
+}
+
+// A kernel TCP socket (AF_INET / AF_INET6, SOCK_STREAM, IPPROTO_TCP): its family, else 0.
+int TcpFamily(int fd) {
+  int v = 0;
+  socklen_t len = sizeof(v);
+  if (real::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &v, &len) != 0 || v != IPPROTO_TCP) return 0;
+  len = sizeof(v);
+  if (real::getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &len) != 0 || v != SOCK_STREAM) return 0;
+  len = sizeof(v);
+  if (real::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &len) != 0) return 0;
+  return v == AF_INET || v == AF_INET6 ? v : 0;
+}
+
 }  // namespace
+
+std::shared_ptr<sdp_fds::SdpFd> ConvertByRules(int fd, const sockaddr* addr, socklen_t len) {
+  const sdp::RuleSet* rules = Rules();
+  if (rules == nullptr) return nullptr;
+  const int family = TcpFamily(fd);
+  if (family == 0) return nullptr;
+  const int saved = errno;
+  sockaddr_storage where = {};
+  if (addr != nullptr) {
+    // An address the kernel will refuse (bad length or pointer) decides nothing.
+    if (!usercopy::SockaddrFromUser(addr, len, &where).ok()) return nullptr;
+    sdp::ToKernelFamily(&where);
+  } else {
+    socklen_t wlen = sizeof(where);
+    if (real::getsockname(fd, reinterpret_cast<sockaddr*>(&where), &wlen) != 0) return nullptr;
+  }
+  errno = saved;
+  const sdp::Side side = addr != nullptr ? sdp::Side::kClient : sdp::Side::kServer;
+  const sdp::Decision d = sdp::Decide(*rules, side, program_invocation_short_name, where);
+  const std::string rule = d.rule != nullptr
+      ? absl::StrFormat("line %d, \"%s\"", d.rule->line, d.rule->text)
+      : std::string(rules->has_use_lines ? "no rule matched: both" : "no rules: sdp");
+  const char* call = side == sdp::Side::kClient ? "connect to" : "listen on";
+  if (d.use == sdp::Use::kTcp) {
+    log::Info("fd %d: %s %s: TCP (%s)", fd, call, Describe(where), rule);
+    return nullptr;
+  }
+  auto s = std::make_shared<sdp_fds::SdpFd>(family);
+  sdp_fds::Mark(fd, s);
+  WarnOnce();
+  log::Info("fd %d: %s %s: SDP, %s (%s)", fd, call, Describe(where), sdp::UseName(d.use), rule);
+  return s;
+}
 
 int Socket(const sdp::SocketForm& form) {
   if (form.error != 0) return Fail<int>(form.error);

@@ -28,6 +28,13 @@ int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags,
 int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, socklen_t len);
 int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, socklen_t* len);
 
+// connect() (`addr`: the destination) or listen() (`addr` null: the bound
+// address) of an fd that is neither RDS nor SDP: with RDS_PRELOAD_SDP_CONFIG
+// set, a kernel TCP socket is matched against its rules (sdp/rules.h) and
+// becomes an SDP socket where they say sdp or both; the decision is logged
+// (info). Returns the fd's SDP entry if it is one now. Cheap without rules.
+std::shared_ptr<sdp_fds::SdpFd> ConvertByRules(int fd, const sockaddr* addr, socklen_t len);
+
 }  // namespace rds::preload::sdp_calls
 
 #endif  // RDS_PRELOAD_SDP_CALLS_H_

@@ -116,7 +116,9 @@ int bind(int fd, const sockaddr* addr, socklen_t len) {
 int connect(int fd, const sockaddr* addr, socklen_t len) {
   auto e = Lookup(fd);
   if (!e) {
-    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Connect(*s, fd, addr, len);
+    auto s = sdp_fds::Find(fd);
+    if (!s) s = sdp_calls::ConvertByRules(fd, addr, len);
+    if (s) return sdp_calls::Connect(*s, fd, addr, len);
     return rds::real::connect(fd, addr, len);
   }
   return Run<int>(__func__, *e, [&](RdsSocket& rs) { return rds::Connect(rs, addr, len); });
@@ -125,7 +127,9 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
 int listen(int fd, int backlog) {
   auto e = Lookup(fd);
   if (!e) {
-    if (auto s = sdp_fds::Find(fd)) return sdp_calls::Listen(*s, fd, backlog);
+    auto s = sdp_fds::Find(fd);
+    if (!s) s = sdp_calls::ConvertByRules(fd, nullptr, 0);
+    if (s) return sdp_calls::Listen(*s, fd, backlog);
     return rds::real::listen(fd, backlog);
   }
   return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });

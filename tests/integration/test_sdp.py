@@ -13,6 +13,9 @@
    echoed; without the shim the same run fails (the JDK cannot make its SDP socket).
 4. The shim says that SDP runs over TCP (the verbs transport is not built yet): one warning per
    process, one info line per connect and listen.
+5. libsdp rules (RDS_PRELOAD_SDP_CONFIG, py_sdp_rules_child.py): an ordinary TCP client becomes
+   SDP, a listener stays TCP, each decision logged with its rule; a line that does not parse is
+   reported and skipped.
 
 Expected run time: ~5 s (the Java run ~2 s; skipped with a message where no java is installed).
 """
@@ -110,6 +113,22 @@ class Sdp(unittest.TestCase):
         rc, out, err = run(argv, False, "java-sdp-plain")
         self.assertNotEqual(rc, 0, "without the shim the JDK cannot convert its sockets")
         self.assertNotIn("ok socket echo", out)
+
+    def test_libsdp_rules_convert_tcp_sockets(self):
+        conf = os.path.join(itlib.make_tmpdir("sdp-rules"), "libsdp.conf")
+        with open(conf, "w") as f:
+            f.write("log min-level 7\nuse tcp server * *:*\nuse sdp client * 127.0.0.1:*\n"
+                    "use sdp client * 10.0.0.1\n")
+        argv = [sys.executable, itlib.script("py_sdp_rules_child.py")]
+        rc, out, err = run(argv, True, "sdp-rules", RDS_PRELOAD_SDP_CONFIG=conf,
+                           RDS_PRELOAD_LOG_LEVEL="3")
+        self.assertEqual(rc, 0, f"{out}\n{err}")
+        self.assertEqual(out.count("ok "), 3, out)
+        self.assertRegex(err, r'listen on 127\.0\.0\.1:\d+: TCP \(line 2, "use tcp server')
+        self.assertRegex(err, r'connect to 127\.0\.0\.1:\d+: SDP, sdp \(line 3, "use sdp client')
+        self.assertIn("line 4: no ':port': skipped", err)
+        rc, out, err = run(argv, True, "sdp-no-rules")
+        self.assertNotEqual(rc, 0, "without rules the client stays TCP")
 
 
 if __name__ == "__main__":
