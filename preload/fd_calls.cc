@@ -121,7 +121,7 @@ int dup(int fd) {
   auto e = Lookup(fd);
   int r = rds::real::dup(fd);
   if (r >= 0 && e) Duplicate(e, r);
-  if (r >= 0) rds::preload::sdp_fds::Duplicate(fd, r);
+  if (r >= 0 && !rds::preload::InVforkChild()) rds::preload::sdp_fds::Duplicate(fd, r);
   return r;
 }
 
@@ -168,7 +168,7 @@ static int FcntlImpl(int fd, int cmd, long arg) {
   if (rds::sys::IsInternal(fd)) return Fail<int>(EBADF);
   auto e = Lookup(fd);
   int r = rds::real::fcntl(fd, cmd, arg);
-  if (r >= 0 && dups) rds::preload::sdp_fds::Duplicate(fd, r);
+  if (r >= 0 && dups && !rds::preload::InVforkChild()) rds::preload::sdp_fds::Duplicate(fd, r);
   if (!e || r < 0) return r;
   if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
     Duplicate(e, r);

@@ -17,6 +17,7 @@
 #include "engine/log.h"
 #include "engine/usercopy.h"
 #include "preload/errno_policy.h"
+#include "preload/lifecycle.h"
 #include "preload/real.h"
 #include "conf/settings.h"
 #include "sdp/rules.h"
@@ -109,7 +110,7 @@ int TcpFamily(int fd) {
 
 std::shared_ptr<sdp_fds::SdpFd> ConvertByRules(int fd, const sockaddr* addr, socklen_t len) {
   const sdp::RuleSet* rules = Rules();
-  if (rules == nullptr) return nullptr;
+  if (rules == nullptr || InVforkChild()) return nullptr;  // (the table is the parent's memory)
   const int family = TcpFamily(fd);
   if (family == 0) return nullptr;
   const int saved = errno;

@@ -87,7 +87,10 @@ int socket(int domain, int type, int protocol) {
   if (domain == AF_RDS) return CreateRdsSocket(type, protocol);
   const rds::sdp::SocketForm sdp = rds::sdp::ClassifySocketCall(domain, type, protocol);
   if (sdp.sdp) return rds::preload::sdp_calls::Socket(sdp);
-  return rds::real::socket(domain, type, protocol);
+  const int fd = rds::real::socket(domain, type, protocol);
+  // A number an SDP socket had, closed where close() was not called (fclose): not SDP now.
+  if (fd >= 0 && !rds::preload::InVforkChild()) sdp_fds::Forget(fd);
+  return fd;
 }
 
 int socketpair(int domain, int type, int protocol,
@@ -139,7 +142,9 @@ int accept(int fd, sockaddr* addr, socklen_t* len) {
   auto e = Lookup(fd);
   if (!e) {
     if (auto s = sdp_fds::Find(fd)) return sdp_calls::Accept(*s, fd, addr, len, 0, false);
-    return rds::real::accept(fd, addr, len);
+    const int r = rds::real::accept(fd, addr, len);
+    if (r >= 0 && !rds::preload::InVforkChild()) sdp_fds::Forget(r);
+    return r;
   }
   return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
 }
@@ -149,7 +154,9 @@ int accept4(int fd, sockaddr* addr, socklen_t* len,
   auto e = Lookup(fd);
   if (!e) {
     if (auto s = sdp_fds::Find(fd)) return sdp_calls::Accept(*s, fd, addr, len, flags, true);
-    return rds::real::accept4(fd, addr, len, flags);
+    const int r = rds::real::accept4(fd, addr, len, flags);
+    if (r >= 0 && !rds::preload::InVforkChild()) sdp_fds::Forget(r);
+    return r;
   }
   if (flags & ~kTypeFlags) return Fail<int>(EINVAL);
   return Run<int>(__func__, *e, [](RdsSocket&) { return rds::RdsError(EOPNOTSUPP); });
