@@ -6,7 +6,8 @@
  *                        in turn, addresses given to bind/connect with family 27 / 28
  *
  * Each case prints what a TCP program observes — results, errno names, bytes, poll events,
- * ioctl answers, address families — one line per step; test_sdp.py runs both modes and requires
+ * ioctl answers, address families — one line per step (also sendfile into the socket, SO_LINGER
+ * with a timeout, and the socket passed with SCM_RIGHTS); test_sdp.py runs both modes and requires
  * the transcripts to be identical (the documented deviations print nothing). After the common
  * cases, "sdp" mode prints the SDP-only section (its options, the OFED creation errors, OpenJDK's
  * conversion by dup2), which the driver checks on its own.
@@ -25,7 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,6 +327,68 @@ static void case_options(void) {
   close(fd);
 }
 
+static void case_sendfile_linger_passing(void) {
+  printf("-- sendfile, SO_LINGER with a timeout, SCM_RIGHTS\n");
+  int c, s;
+  pair(AF_INET, &c, &s);
+  char path[] = "/tmp/sdp_transcript.XXXXXX";
+  int file = mkstemp(path);
+  unlink(path);
+  char data[5000];
+  for (size_t i = 0; i < sizeof(data); ++i) data[i] = (char)('a' + i % 26);
+  if (write(file, data, sizeof(data)) != (ssize_t)sizeof(data)) exit(2);
+  off_t off = 0;
+  show("sendfile 5000", sendfile(c, file, &off, sizeof(data)));
+  close(file);
+  char in[5000];
+  size_t got = 0;
+  while (got < sizeof(in)) {
+    ssize_t n = read(s, in + got, sizeof(in) - got);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  printf("received %zu bytes, %s\n", got, memcmp(in, data, sizeof(data)) == 0 ? "equal" : "DIFFERENT");
+  /* The connected socket passed over a Unix socket, used through the received fd. */
+  int sv[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+  struct iovec iov = {"f", 1};
+  struct msghdr m = {0};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = cbuf;
+  m.msg_controllen = sizeof(cbuf);
+  struct cmsghdr* cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &c, sizeof(int));
+  show("sendmsg SCM_RIGHTS", sendmsg(sv[0], &m, 0));
+  char one;
+  struct msghdr r = {0};
+  struct iovec riov = {&one, 1};
+  r.msg_iov = &riov;
+  r.msg_iovlen = 1;
+  char rbuf[CMSG_SPACE(sizeof(int))];
+  r.msg_control = rbuf;
+  r.msg_controllen = sizeof(rbuf);
+  show("recvmsg SCM_RIGHTS", recvmsg(sv[1], &r, 0));
+  int passed = -1;
+  memcpy(&passed, CMSG_DATA(CMSG_FIRSTHDR(&r)), sizeof(int));
+  close(c);
+  close(sv[0]);
+  close(sv[1]);
+  show("write through the passed fd", write(passed, "passed", 6));
+  show("peer read", read(s, in, sizeof(in)));
+  struct linger l = {1, 2};
+  show("setsockopt SO_LINGER {1,2}", setsockopt(passed, SOL_SOCKET, SO_LINGER, &l, sizeof(l)));
+  show("write", write(passed, "bye", 3));
+  show("close (lingers until sent)", close(passed));
+  show("peer read", read(s, in, sizeof(in)));
+  show("peer read at EOF", read(s, in, sizeof(in)));
+  close(s);
+}
+
 /* Only SDP sockets have these; "sdp" mode only. */
 static void sdp_only(void) {
   printf("== SDP only\n");
@@ -401,6 +466,7 @@ int main(int argc, char** argv) {
   case_errors();
   case_nonblocking();
   case_options();
+  case_sendfile_linger_passing();
   if (sdp_mode) sdp_only();
   printf("== end\n");
   return 0;

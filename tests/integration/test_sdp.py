@@ -4,7 +4,8 @@
 1. Differential conformance: sdp_transcript runs every case (echo over IPv4 and IPv6 with a
    forked peer, half-close, urgent data with and without SO_OOBINLINE, SO_LINGER 0, close with
    unread data, EADDRINUSE / ECONNREFUSED / EISCONN / EADDRNOTAVAIL / ENOTCONN / EPIPE / EINVAL,
-   non-blocking connect, SIOCINQ / SIOCOUTQ, options) once on kernel TCP without the shim and
+   non-blocking connect, SIOCINQ / SIOCOUTQ, options, sendfile, SO_LINGER with a timeout, the
+   socket passed with SCM_RIGHTS) once on kernel TCP without the shim and
    once on SDP sockets under it; the transcripts must be identical. Then its SDP-only section
    (the SDP options, OFED's creation errors, OpenJDK's conversion by dup2) must read as expected.
 2. CPython (py_sdp_child.py): socket(AF_INET[6], SOCK_STREAM, 257) with threads, asyncio,
