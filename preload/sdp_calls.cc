@@ -1,7 +1,6 @@
 // preload/sdp_calls.cc — SDP sockets over kernel TCP.
 #include "preload/sdp_calls.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "engine/addr.h"
 #include "engine/errors.h"
 #include "engine/log.h"
 #include "engine/usercopy.h"
@@ -38,18 +38,11 @@ void WarnOnce() {
 }
 
 std::string Describe(const sockaddr_storage& ss) {
-  char text[INET6_ADDRSTRLEN] = "?";
-  if (ss.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
-    inet_ntop(AF_INET, &in.sin_addr, text, sizeof(text));
-    return absl::StrFormat("%s:%d", text, ntohs(in.sin_port));
+  if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) {
+    return absl::StrFormat("(family %d)", ss.ss_family);
   }
-  if (ss.ss_family == AF_INET6) {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
-    inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof(text));
-    return absl::StrFormat("[%s]:%d", text, ntohs(in6.sin6_port));
-  }
-  return absl::StrFormat("(family %d)", ss.ss_family);
+  const RdsEndpoint e = FromKernelSockaddr(ss);
+  return absl::StrFormat("%s:%d", e.addr.ToString(), e.port);
 }
 
 std::string LocalName(int fd) {

@@ -15,6 +15,11 @@
 namespace rds::sdp {
 namespace {
 
+// "/N" after an address: 0 <= N <= max.
+bool ParsePrefix(absl::string_view s, int max, int* out) {
+  return absl::SimpleAtoi(s, out) && *out >= 0 && *out <= max;
+}
+
 bool ParsePorts(absl::string_view s, Rule* r) {
   if (s == "*") return true;
   std::vector<absl::string_view> range = absl::StrSplit(s, '-');
@@ -50,8 +55,7 @@ bool ParseEndpoint(absl::string_view s, Rule* r, std::string* why) {
     }
     r->family = AF_INET6;
     r->prefix = 128;
-    if (!prefix.empty() && (!absl::SimpleAtoi(prefix, &r->prefix) || r->prefix < 0 ||
-                            r->prefix > 128)) {
+    if (!prefix.empty() && !ParsePrefix(prefix, 128, &r->prefix)) {
       return *why = "bad prefix length", false;
     }
   } else {
@@ -71,8 +75,7 @@ bool ParseEndpoint(absl::string_view s, Rule* r, std::string* why) {
       }
       r->family = AF_INET;
       r->prefix = 32;
-      if (!prefix.empty() && (!absl::SimpleAtoi(prefix, &r->prefix) || r->prefix < 0 ||
-                              r->prefix > 32)) {
+      if (!prefix.empty() && !ParsePrefix(prefix, 32, &r->prefix)) {
         return *why = "bad prefix length", false;
       }
     }

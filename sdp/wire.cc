@@ -1,6 +1,8 @@
 // sdp/wire.cc — BSDH, Hello and HelloAck encoding.
 #include "sdp/wire.h"
 
+#include <endian.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -10,15 +12,38 @@ namespace rds::sdp::wire {
 namespace {
 
 void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
+  v = htobe16(v);
+  std::memcpy(p, &v, sizeof(v));
 }
 void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+  v = htobe32(v);
+  std::memcpy(p, &v, sizeof(v));
 }
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+uint16_t Get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return be16toh(v);
+}
 uint32_t Get32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return be32toh(v);
+}
+
+// Bytes 16-19, alike in Hello and HelloAck: version, IP version | capabilities,
+// reserved, MaxAdverts.
+struct Common {
+  uint8_t version, ip_version, caps, max_adverts;
+};
+
+void PutCommon(uint8_t* a, const Common& c) {
+  a[16] = c.version;
+  a[17] = static_cast<uint8_t>((c.ip_version << 4) | (c.caps & 0xf));
+  a[19] = c.max_adverts;
+}
+
+Common GetCommon(const uint8_t* a) {
+  return Common{a[16], static_cast<uint8_t>(a[17] >> 4), static_cast<uint8_t>(a[17] & 0xf), a[19]};
 }
 
 // The private data as received, padded with zeros to `size`.
@@ -70,9 +95,7 @@ std::array<uint8_t, kHelloSize> EncodeHello(const Hello& h) {
   b.mid = kHello;
   b.len = kHelloSize;
   EncodeBsdh(b, a.data());
-  a[16] = h.version;
-  a[17] = static_cast<uint8_t>((h.ip_version << 4) | (h.caps & 0xf));
-  a[19] = h.max_adverts;
+  PutCommon(a.data(), {h.version, h.ip_version, h.caps, h.max_adverts});
   Put32(&a[20], h.desired_remote_rcv_size);
   Put32(&a[24], h.local_rcv_size);
   Put16(&a[28], h.src_port);
@@ -88,9 +111,7 @@ std::array<uint8_t, kHelloAckSize> EncodeHelloAck(const HelloAck& h) {
   b.mid = kHelloAck;
   b.len = kHelloAckSize;
   EncodeBsdh(b, a.data());
-  a[16] = h.version;
-  a[17] = static_cast<uint8_t>((h.ip_version << 4) | (h.caps & 0xf));
-  a[19] = h.max_adverts;
+  PutCommon(a.data(), {h.version, h.ip_version, h.caps, h.max_adverts});
   Put32(&a[20], h.actual_rcv_size);
   return a;
 }
@@ -105,10 +126,8 @@ absl::StatusOr<Hello> DecodeHello(absl::Span<const uint8_t> in) {
   if (h.bsdh.mid != kHello) {
     return absl::InvalidArgumentError(absl::StrFormat("MID %#x where a Hello was due", h.bsdh.mid));
   }
-  h.version = a[16];
-  h.ip_version = a[17] >> 4;
-  h.caps = a[17] & 0xf;
-  h.max_adverts = a[19];
+  const Common c = GetCommon(a.data());
+  h.version = c.version, h.ip_version = c.ip_version, h.caps = c.caps, h.max_adverts = c.max_adverts;
   h.desired_remote_rcv_size = Get32(&a[20]);
   h.local_rcv_size = Get32(&a[24]);
   h.src_port = Get16(&a[28]);
@@ -136,10 +155,8 @@ absl::StatusOr<HelloAck> DecodeHelloAck(absl::Span<const uint8_t> in) {
     return absl::InvalidArgumentError(
         absl::StrFormat("MID %#x where a HelloAck was due", h.bsdh.mid));
   }
-  h.version = a[16];
-  h.ip_version = a[17] >> 4;
-  h.caps = a[17] & 0xf;
-  h.max_adverts = a[19];
+  const Common c = GetCommon(a.data());
+  h.version = c.version, h.ip_version = c.ip_version, h.caps = c.caps, h.max_adverts = c.max_adverts;
   h.actual_rcv_size = Get32(&a[20]);
   // gen1 left IpVer reserved (0) in the HelloAck: take it as "the Hello's".
   if (h.ip_version == 0) h.ip_version = 4;
