@@ -35,6 +35,14 @@ constexpr absl::Duration kConnectDeadline = absl::Seconds(8);
 constexpr int kListenBacklog = 128;
 // How often an engine that could not listen (the ports held) tries again.
 constexpr absl::Duration kRelistenEvery = absl::Seconds(5);
+// A peer's request that finds our own connect to it pending: the side with
+// the larger address gives way (takes the peer's, drops its own), the other
+// refuses it, as a kernel does (rds-ib.md §1.8, §8.5). A connect of ours
+// begun this long ago gives way whatever the addresses: the peer's request
+// proves the way to us works, while ours may be stuck (seen in vm/verbs_faults
+// after a silence: our address resolution timing out again and again while the
+// node's requests, refused as a race, came every few milliseconds).
+constexpr absl::Duration kUnansweredGivesWay = absl::Milliseconds(500);
 // IB CM reject reasons (ib_cm.h) the active side tells apart.
 constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
 constexpr int kRejectConsumerDefined = 28;  // the peer's own reject, with its value
@@ -188,11 +196,15 @@ class VerbsTransport final : public Transport {
     link->set_endpoints(Link::Endpoints{{to.laddr, 0}, {to.faddr, v6 ? ib::kCmPortV6
                                                                         : ib::kCmPortV4}});
     Track(id, link, AddressPair{to.laddr, to.faddr}, v6);
+    ids_[id].started = absl::Now();
     std::weak_ptr<VerbsLink> weak = link;
-    ctx_.loop->After(kConnectDeadline, [weak] {
+    ctx_.loop->After(kConnectDeadline, [this, weak] {
       std::shared_ptr<VerbsLink> l = weak.lock();
       if (l && !l->closed() && !l->established()) {
-        l->Fail(absl::DeadlineExceededError("not connected within the connect deadline"));
+        auto it = ids_.find(l->cm_id());
+        l->Fail(absl::DeadlineExceededError(absl::StrCat(
+            "not connected within the connect deadline (still ",
+            it != ids_.end() ? it->second.stage : "connecting", ")")));
       }
     });
     return std::shared_ptr<Link>(link);
@@ -274,6 +286,8 @@ class VerbsTransport final : public Transport {
     std::weak_ptr<VerbsLink> link;
     AddressPair pair;
     bool v6;
+    absl::Time started = absl::InfiniteFuture();  // when we began connecting (outgoing)
+    const char* stage = "resolving the address";  // how far our connect got (outgoing)
   };
 
   absl::Status EnsureChannel() {
@@ -400,11 +414,13 @@ class VerbsTransport final : public Transport {
     }
     switch (e.type) {
       case RDMA_CM_EVENT_ADDR_RESOLVED:
+        tracked->stage = "resolving the route";
         if (api_->cm.resolve_route(e.id, kResolveTimeoutMs) != 0) {
           link->Fail(absl::UnavailableError(absl::StrCat("rdma_resolve_route: ", strerror(errno))));
         }
         return;
       case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        tracked->stage = "waiting for the peer's answer";
         ConnectResolved(*link, tracked->pair, tracked->v6);
         return;
       case RDMA_CM_EVENT_ESTABLISHED:
@@ -491,6 +507,13 @@ class VerbsTransport final : public Transport {
     api_->cm.destroy_id(id);
   }
 
+  // Whether our pending connect to `pair`'s peer gives way to its request.
+  bool GivesWay(const AddressPair& pair, const VerbsLink& ours) {
+    if (pair.faddr < pair.laddr) return true;
+    auto it = ids_.find(ours.cm_id());
+    return it != ids_.end() && absl::Now() - it->second.started > kUnansweredGivesWay;
+  }
+
   void OnConnectRequest(const CmEvent& e) {
     auto lit = listeners_.find(e.listen_id);
     if (lit == listeners_.end()) {
@@ -516,12 +539,18 @@ class VerbsTransport final : public Transport {
         stats::Inc(stats::kIbListenClosedStale);
         Reject(e.id, 1, absl::StrCat(pair.faddr.ToString(), " connected again; the old "
                                      "connection is dropped, it retries"));
-      } else {
-        stats::Inc(stats::kIbConnectRaced);
-        Reject(e.id, 1, absl::StrCat("we are connecting to ", pair.faddr.ToString(),
-                                     " ourselves (race; both back off)"));
+        return;
       }
-      return;
+      stats::Inc(stats::kIbConnectRaced);
+      if (!GivesWay(pair, *existing)) {
+        Reject(e.id, 1, absl::StrCat("we are connecting to ", pair.faddr.ToString(),
+                                     " ourselves (race; the larger address gives way)"));
+        return;
+      }
+      // Accepted below; the engine closes our pending connect when it adopts
+      // this one (the peer's REJ of ours, if any, finds no id).
+      log::Info("RDS over RDMA: %s connects to us while our connect to it is pending: "
+                "ours gives way", pair.faddr.ToString());
     }
     const std::string what = absl::StrFormat("verbs incoming from %s", pair.faddr.ToString());
     absl::StatusOr<std::shared_ptr<VerbsLink>> made =
