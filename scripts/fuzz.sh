@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 total="${RDS_FUZZ_SECONDS:-60}"
-read -r -a targets <<<"${RDS_FUZZ_TARGETS:-wire reassembler control ib_fragments}"
+read -r -a targets <<<"${RDS_FUZZ_TARGETS:-wire reassembler control ib_fragments sdp_wire}"
 per=$((total / ${#targets[@]}))
 
 python3 tests/fuzz/make_corpus.py --check

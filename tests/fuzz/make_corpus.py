@@ -280,8 +280,58 @@ def ib_fragments_seeds():
     }
 
 
+# fuzz_sdp_wire: [selector][bytes]; selector 0 a Hello, 1 a HelloAck, 2 an in-band message,
+# 3 the credit rule (sdp.md §1.2-1.4; big-endian).
+
+def bsdh(mid, flags=0, bufs=0, length=16, mseq=0, mseq_ack=0):
+    return struct.pack(">BBHIII", mid, flags, bufs, length, mseq, mseq_ack)
+
+
+def sdp_hello(version=0x22, ip=4, max_adverts=1, local_rcv=32784, port=5001, src=b"", dst=b"",
+              size=92):
+    src = src or bytes(12) + bytes([10, 77, 0, 1])
+    dst = dst or bytes(12) + bytes([10, 77, 0, 2])
+    h = (bsdh(0x00, bufs=64, length=92) + bytes([version, ip << 4, 0, max_adverts]) +
+         struct.pack(">IIHH", 0, local_rcv, port, 0) + src + dst + bytes(24))
+    return h[:size]
+
+
+def sdp_hello_ack(version=0x22, ip=4, max_adverts=1, actual_rcv=32784, size=196):
+    h = bsdh(0x01, bufs=64, length=196) + bytes([version, ip << 4, 0, max_adverts])
+    return (h + struct.pack(">I", actual_rcv) + bytes(196 - 24))[:size]
+
+
+def sdp_wire_seeds():
+    six = bytes(range(0xfd, 0xed, -1))
+    return {
+        "hello-v4": b"\0" + sdp_hello(),
+        "hello-v4-truncated-56": b"\0" + sdp_hello(size=56),
+        "hello-v6": b"\0" + sdp_hello(ip=6, src=six, dst=six[::-1]),
+        "hello-32": b"\0" + sdp_hello(size=32),
+        "hello-31": b"\0" + sdp_hello(size=31),
+        "hello-gen1": b"\0" + sdp_hello(version=0x11),
+        "hello-no-adverts": b"\0" + sdp_hello(max_adverts=0),
+        "hello-tiny-buffers": b"\0" + sdp_hello(local_rcv=16),
+        "hello-ack": b"\1" + sdp_hello_ack(),
+        "hello-ack-gen1-no-ip": b"\1" + sdp_hello_ack(ip=0),
+        "hello-ack-24": b"\1" + sdp_hello_ack(size=24),
+        "hello-ack-ip5": b"\1" + sdp_hello_ack(ip=5),
+        "data": b"\2" + bsdh(0xFF, bufs=10, length=21, mseq=1) + b"hello",
+        "data-urgent": b"\2" + bsdh(0xFF, flags=3, length=17, mseq=2, mseq_ack=1) + b"!",
+        "data-short-length": b"\2" + bsdh(0xFF, length=20, mseq=1) + b"hello",
+        "disconnect": b"\2" + bsdh(0x02, mseq=3),
+        "abort": b"\2" + bsdh(0x03, mseq=3),
+        "hello-in-band": b"\2" + bsdh(0x00, mseq=3),
+        "unknown-mid": b"\2" + bsdh(0x42, mseq=3),
+        "runt": b"\2" + bsdh(0xFF)[:9],
+        "credits": b"\3" + struct.pack(">III", 64, 9, 11),
+        "credits-wrapped": b"\3" + struct.pack(">III", 4, 0xFFFFFFFF, 1),
+        "credits-overdrawn": b"\3" + struct.pack(">III", 1, 0, 9),
+    }
+
+
 TARGETS = {"wire": wire_seeds, "reassembler": reassembler_seeds, "control": control_seeds,
-           "ib_fragments": ib_fragments_seeds}
+           "ib_fragments": ib_fragments_seeds, "sdp_wire": sdp_wire_seeds}
 
 
 def main():
