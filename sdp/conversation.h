@@ -89,6 +89,10 @@ class Conversation {
 
   // --- State.
   int64_t tx_credits() const;
+  // NextData would give a message (given bytes to send).
+  bool can_send_data() const {
+    return !aborted_ && !sent_disconn_ && !sent_abort_ && tx_credits() > kReservedCredits;
+  }
   uint32_t posted() const { return posted_; }
   // The largest payload of one of our Data messages.
   size_t max_payload() const { return peer_buf_size_ - wire::kBsdhSize; }

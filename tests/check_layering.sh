@@ -5,7 +5,11 @@
 #   transports/  never includes preload/ or tools/;
 #   conf/        includes only conf/ and engine/sys.h (raw system calls);
 #   sdp/         (the SDP socket rules) includes none of engine/, transports/, preload/, tools/,
-#                and neither engine/ nor transports/ include it.
+#                and neither engine/ nor transports/ include it;
+#   sdp_relay/   (SDP connections over verbs, relayed to the applications' sockets) includes
+#                sdp/, engine/log.h and engine/sys.h, transports/verbs' rdma-core loader, and
+#                nothing else of engine/, transports/, preload/ or tools/; only preload/ and
+#                tests include it.
 # Usage: check_layering.sh SOURCE_ROOT [STAMP]: STAMP is written when the rules hold (the build
 # runs it on every ninja, so an include against the layering fails the build).
 set -euo pipefail
@@ -28,6 +32,11 @@ check transports 'preload/|tools/' 'preload/ or tools/'
 check engine 'sdp/' 'sdp/ (the SDP API is the preload layer'"'"'s, DESIGN.md §11)'
 check transports 'sdp/' 'sdp/'
 check sdp 'engine/|transports/|preload/|tools/' 'the RDS layers, preload/ or tools/'
+check sdp 'sdp_relay/' 'sdp_relay/'
+check engine 'sdp_relay/' 'sdp_relay/'
+check transports 'sdp_relay/' 'sdp_relay/'
+check sdp_relay 'engine/[^ls]|engine/l[^o]|engine/s[^y]|transports/[^v]|transports/v[^e]|preload/|tools/' \
+  'anything of the RDS layers but engine/log.h, engine/sys.h and transports/verbs/'
 check conf 'engine/[^s]|engine/s[^y]|preload/|transports/|tools/' 'anything but conf/ and engine/sys.h'
 if [ "$bad" = 0 ] && [ -n "$stamp" ]; then : >"$stamp"; fi
 exit "$bad"
