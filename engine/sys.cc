@@ -78,6 +78,7 @@ int Connect(int fd, const struct sockaddr* addr, socklen_t len) {
   return static_cast<int>(syscall(SYS_connect, fd, addr, len));
 }
 int Listen(int fd, int backlog) { return static_cast<int>(syscall(SYS_listen, fd, backlog)); }
+int Shutdown(int fd, int how) { return static_cast<int>(syscall(SYS_shutdown, fd, how)); }
 int Accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
   return static_cast<int>(syscall(SYS_accept4, fd, addr, len, flags));
 }

@@ -44,6 +44,7 @@ int SocketPair(int domain, int type, int protocol, int sv[2]);
 int Bind(int fd, const struct sockaddr* addr, socklen_t len);
 int Connect(int fd, const struct sockaddr* addr, socklen_t len);
 int Listen(int fd, int backlog);
+int Shutdown(int fd, int how);
 int Accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags);
 int Getsockname(int fd, struct sockaddr* addr, socklen_t* len);
 int Getpeername(int fd, struct sockaddr* addr, socklen_t* len);

@@ -1,6 +1,7 @@
 // preload/sdp_calls.cc — SDP sockets over kernel TCP.
 #include "preload/sdp_calls.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -23,18 +24,45 @@
 #include "sdp/rules.h"
 #include "sdp/sockaddr.h"
 #include "sdp/sockopt.h"
+#include "sdp_relay/service.h"
 
 namespace rds::preload::sdp_calls {
 namespace {
 
-// Why an SDP socket runs over TCP, until the verbs transport is built.
-constexpr const char* kWhyTcp = "SDP over RDMA verbs is not built yet (issue 18)";
+// How long a connect waits for the SDP connection (address and route
+// resolution, the CM's request and its answer).
+constexpr absl::Duration kConnectTimeout = absl::Seconds(20);
 
-void WarnOnce() {
+// The process's SDP over verbs, or null (why: said once by the service).
+sdp::Service* Verbs() {
+  static sdp::Service* const service = [] {
+    absl::StatusOr<sdp::Service*> s = sdp::Service::Get();
+    return s.ok() ? *s : nullptr;
+  }();
+  return service;
+}
+
+void WarnNonBlockingOnce() {
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {
-    log::Warn("SDP sockets of this process run over TCP: %s", kWhyTcp);
+    log::Warn("a non-blocking connect of an SDP socket runs over TCP: non-blocking connects over "
+              "RDMA verbs are not built yet (issue 18)");
   }
+}
+
+bool IsLoopback(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(ss).sin_addr.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+socklen_t LengthOf(const sockaddr_storage& ss) {
+  return ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
 std::string Describe(const sockaddr_storage& ss) {
@@ -127,9 +155,8 @@ std::shared_ptr<sdp_fds::SdpFd> ConvertByRules(int fd, const sockaddr* addr, soc
     log::Info("fd %d: %s %s: TCP (%s)", fd, call, Describe(where), rule);
     return nullptr;
   }
-  auto s = std::make_shared<sdp_fds::SdpFd>(family);
+  auto s = std::make_shared<sdp_fds::SdpFd>(family, d.use == sdp::Use::kBoth);
   sdp_fds::Mark(fd, s);
-  WarnOnce();
   log::Info("fd %d: %s %s: SDP, %s (%s)", fd, call, Describe(where), sdp::UseName(d.use), rule);
   return s;
 }
@@ -139,8 +166,7 @@ int Socket(const sdp::SocketForm& form) {
   const int fd = real::socket(form.family, form.type, IPPROTO_TCP);
   if (fd < 0) return fd;
   sdp_fds::Mark(fd, std::make_shared<sdp_fds::SdpFd>(form.family));
-  WarnOnce();
-  log::Debug("socket(SDP, %s) = %d, over TCP", form.family == AF_INET6 ? "IPv6" : "IPv4", fd);
+  log::Debug("socket(SDP, %s) = %d", form.family == AF_INET6 ? "IPv6" : "IPv4", fd);
   return fd;
 }
 
@@ -159,30 +185,131 @@ int Bind(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
 }
 
 int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
-  (void)s;
   sockaddr_storage copy;
   const sockaddr* use = nullptr;
   if (int err = KernelAddress(addr, len, &copy, &use)) return Fail<int>(err);
-  if (log::Enabled(log::Level::kInfo)) {
-    sockaddr_storage shown = {};
-    if (use != nullptr) usercopy::SockaddrFromUser(use, len, &shown).IgnoreError();
-    sdp::ToKernelFamily(&shown);
-    log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(shown), kWhyTcp);
+  sockaddr_storage dst = {};
+  if (use == nullptr || !usercopy::SockaddrFromUser(use, len, &dst).ok() ||
+      (dst.ss_family != AF_INET && dst.ss_family != AF_INET6) || InVforkChild()) {
+    return real::connect(fd, use, len);  // the kernel's answer (EAFNOSUPPORT, EFAULT…)
   }
-  return real::connect(fd, use, len);
+  sdp::Service* verbs = Verbs();
+  sockaddr_storage local = {};
+  socklen_t llen = sizeof(local);
+  const char* why_tcp = nullptr;
+  if (verbs == nullptr) {
+    why_tcp = "no RDMA verbs on this host";
+  } else if (IsLoopback(dst)) {
+    why_tcp = "a loopback destination";
+  } else if (real::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) {
+    why_tcp = "its address is unknown";
+  } else if (!verbs->OnRdmaDevice(local)) {
+    why_tcp = "bound to an address on no RDMA device";
+  } else if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) {
+    WarnNonBlockingOnce();
+    why_tcp = "non-blocking";
+  }
+  if (why_tcp != nullptr) {
+    log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(dst), why_tcp);
+    return real::connect(fd, use, len);
+  }
+  absl::StatusOr<sdp::Service::Outgoing> out = verbs->Connect(local, dst, kConnectTimeout);
+  if (!out.ok()) {
+    if (s.tcp_fallback) {
+      log::Info("SDP fd %d: no SDP connection to %s (errno %d): over TCP (both)", fd,
+                Describe(dst), ErrnoOf(out.status()));
+      return real::connect(fd, use, len);
+    }
+    return Fail<int>(ErrnoOf(out.status()));
+  }
+  // The application's socket joins the relay through the gate (loopback:
+  // a blocking socket's connect completes at once).
+  if (real::connect(fd, reinterpret_cast<const sockaddr*>(&out->gate), out->gate_len) != 0) {
+    const int err = errno;
+    verbs->Abandon(out->token);
+    log::Warn("SDP fd %d: connected to %s over RDMA verbs, but not to the relay: %s", fd,
+              Describe(dst), strerror(err));
+    return Fail<int>(ECONNABORTED);
+  }
+  sockaddr_storage joined = {};
+  llen = sizeof(joined);
+  real::getsockname(fd, reinterpret_cast<sockaddr*>(&joined), &llen);
+  verbs->Expect(out->token, joined);
+  {
+    rds::MutexLock lock(&s.mu);
+    s.local = out->local;
+    s.peer = out->peer;
+  }
+  s.verbs.store(true);
+  log::Info("SDP fd %d: connected to %s over RDMA verbs", fd, Describe(dst));
+  return 0;
 }
 
 int Listen(sdp_fds::SdpFd& s, int fd, int backlog) {
   (void)s;
   const int r = real::listen(fd, backlog);
-  if (r == 0) log::Info("SDP fd %d: listening on %s over TCP (%s)", fd, LocalName(fd), kWhyTcp);
+  if (r != 0) return r;
+  sdp::Service* verbs = Verbs();
+  sockaddr_storage bound = {};
+  socklen_t blen = sizeof(bound);
+  if (verbs == nullptr || InVforkChild() ||
+      real::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen) != 0 ||
+      IsLoopback(bound) || !verbs->OnRdmaDevice(bound)) {
+    log::Info("SDP fd %d: listening on %s over TCP", fd, LocalName(fd));
+    return r;
+  }
+  if (absl::Status v = verbs->Listen(bound, backlog); !v.ok()) {
+    log::Info("SDP fd %d: listening on %s over TCP only (RDMA verbs: %s)", fd, Describe(bound),
+              v.message());
+    return r;
+  }
+  log::Info("SDP fd %d: listening on %s over RDMA verbs and TCP", fd, Describe(bound));
   return r;
 }
 
 int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags, bool four) {
-  const int r = four ? real::accept4(fd, addr, len, flags) : real::accept(fd, addr, len);
-  if (r >= 0) sdp_fds::Mark(r, std::make_shared<sdp_fds::SdpFd>(s.family));
+  sockaddr_storage peer = {};
+  socklen_t plen = sizeof(peer);
+  const int r = four ? real::accept4(fd, reinterpret_cast<sockaddr*>(&peer), &plen, flags)
+                     : real::accept(fd, reinterpret_cast<sockaddr*>(&peer), &plen);
+  if (r < 0) return r;
+  auto entry = std::make_shared<sdp_fds::SdpFd>(s.family, s.tcp_fallback);
+  if (sdp::Service* verbs = Verbs(); verbs != nullptr && IsLoopback(peer)) {
+    // A connection the relay made for an SDP peer: its names are that peer's.
+    if (std::optional<sdp::Service::Names> names = verbs->Accepted(peer)) {
+      {
+        rds::MutexLock lock(&entry->mu);
+        entry->local = names->local;
+        entry->peer = names->peer;
+      }
+      entry->verbs.store(true);
+      peer = names->peer;
+      plen = LengthOf(peer);
+    }
+  }
+  if (addr != nullptr) {
+    if (absl::Status c = usercopy::SockaddrToUser(peer, plen, addr, len); !c.ok()) {
+      real::close(r);  // as the kernel: the connection is lost with the bad pointer
+      return Fail<int>(ErrnoOf(c));
+    }
+  }
+  sdp_fds::Mark(r, std::move(entry));
   return r;
+}
+
+int GetName(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, bool peer) {
+  if (!s.verbs.load()) {
+    return peer ? real::getpeername(fd, addr, len) : real::getsockname(fd, addr, len);
+  }
+  sockaddr_storage ss;
+  {
+    rds::MutexLock lock(&s.mu);
+    ss = peer ? s.peer : s.local;
+  }
+  if (absl::Status c = usercopy::SockaddrToUser(ss, LengthOf(ss), addr, len); !c.ok()) {
+    return Fail<int>(ErrnoOf(c));
+  }
+  return 0;
 }
 
 int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, socklen_t len) {

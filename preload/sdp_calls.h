@@ -3,9 +3,12 @@
 // Each returns what the libc call returns (-1 with errno on failure). The fd
 // is a kernel TCP socket: the kernel does the call, after the address family
 // is made the kernel's (27 / 28 → AF_INET / AF_INET6) and with the SDP-only
-// options answered here. connect() and listen() log which transport the
-// socket uses (info level); the first SDP socket of a process warns that
-// SDP runs over TCP only, until the verbs transport exists.
+// options answered here. Where RDMA verbs serve the addresses
+// (sdp_relay/service.h), a blocking connect makes an SDP connection and
+// joins the fd to its relay over loopback, and a listener is served over
+// verbs as well as TCP; elsewhere, and for non-blocking connects (not built
+// yet: a warning once), the socket runs over TCP. connect() and listen() log
+// which (info level).
 //
 // Thread-safety: safe for concurrent use.
 #ifndef RDS_PRELOAD_SDP_CALLS_H_
@@ -27,6 +30,9 @@ int Listen(sdp_fds::SdpFd& s, int fd, int backlog);
 int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags, bool four);
 int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, socklen_t len);
 int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, socklen_t* len);
+// getsockname / getpeername (`peer`): a connection over RDMA verbs answers
+// with its SDP addresses (the fd itself is connected to the relay).
+int GetName(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, bool peer);
 
 // connect() (`addr`: the destination) or listen() (`addr` null: the bound
 // address) of an fd that is neither RDS nor SDP: with RDS_PRELOAD_SDP_CONFIG

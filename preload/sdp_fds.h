@@ -11,6 +11,9 @@
 #ifndef RDS_PRELOAD_SDP_FDS_H_
 #define RDS_PRELOAD_SDP_FDS_H_
 
+#include <sys/socket.h>
+
+#include <atomic>
 #include <memory>
 
 #include "engine/sync.h"
@@ -19,10 +22,18 @@
 namespace rds::preload::sdp_fds {
 
 struct SdpFd {
-  explicit SdpFd(int family) : family(family) {}
+  explicit SdpFd(int family, bool tcp_fallback = false)
+      : family(family), tcp_fallback(tcp_fallback) {}
   const int family;  // AF_INET or AF_INET6
+  // libsdp's "both": a connect that finds no SDP peer goes on over TCP.
+  const bool tcp_fallback;
   rds::Mutex mu;
   sdp::SdpOptions opts ABSL_GUARDED_BY(mu);
+  // Connected over RDMA verbs: the fd is connected to the relay over
+  // loopback, and its names are the SDP connection's.
+  std::atomic<bool> verbs{false};
+  sockaddr_storage local ABSL_GUARDED_BY(mu) = {};
+  sockaddr_storage peer ABSL_GUARDED_BY(mu) = {};
 };
 
 // True once this process has had any SDP fd.

@@ -170,7 +170,10 @@ int shutdown(int fd, int how) {
 
 static int GetName(const char* call, int fd, sockaddr* addr, socklen_t* len, bool peer) {
   auto e = Lookup(fd);
-  if (!e) return peer ? rds::real::getpeername(fd, addr, len) : rds::real::getsockname(fd, addr, len);
+  if (!e) {
+    if (auto s = sdp_fds::Find(fd)) return sdp_calls::GetName(*s, fd, addr, len, peer);
+    return peer ? rds::real::getpeername(fd, addr, len) : rds::real::getsockname(fd, addr, len);
+  }
   return Run<int>(call, *e, [&](RdsSocket& rs) -> absl::Status {
     sockaddr_storage ss;
     absl::StatusOr<socklen_t> klen = rds::GetName(rs, peer, &ss);

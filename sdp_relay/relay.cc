@@ -101,7 +101,7 @@ bool Relay::Flush() {
   while (!pending_.empty()) {
     Pending& p = pending_.front();
     if (p.kind == Conversation::Kind::kDisConn) {
-      ::shutdown(local_, SHUT_WR);  // the application reads its EOF
+      sys::Shutdown(local_, SHUT_WR);  // the application reads its EOF
       local_shut_ = true;
       if (!channel_closed_) channel_->Repost(p.id);
       conv_.Reposted(1);

@@ -7,7 +7,7 @@
 #   sdp/         (the SDP socket rules) includes none of engine/, transports/, preload/, tools/,
 #                and neither engine/ nor transports/ include it;
 #   sdp_relay/   (SDP connections over verbs, relayed to the applications' sockets) includes
-#                sdp/, engine/log.h and engine/sys.h, transports/verbs' rdma-core loader, and
+#                sdp/, engine/log.h, engine/sys.h and engine/errors.h, transports/verbs' loader, and
 #                nothing else of engine/, transports/, preload/ or tools/; only preload/ and
 #                tests include it.
 # Usage: check_layering.sh SOURCE_ROOT [STAMP]: STAMP is written when the rules hold (the build
@@ -35,8 +35,8 @@ check sdp 'engine/|transports/|preload/|tools/' 'the RDS layers, preload/ or too
 check sdp 'sdp_relay/' 'sdp_relay/'
 check engine 'sdp_relay/' 'sdp_relay/'
 check transports 'sdp_relay/' 'sdp_relay/'
-check sdp_relay 'engine/[^ls]|engine/l[^o]|engine/s[^y]|transports/[^v]|transports/v[^e]|preload/|tools/' \
-  'anything of the RDS layers but engine/log.h, engine/sys.h and transports/verbs/'
+check sdp_relay 'engine/[^els]|engine/l[^o]|engine/s[^y]|engine/e[^r]|transports/[^v]|transports/v[^e]|preload/|tools/' \
+  'anything of the RDS layers but engine/log.h, sys.h, errors.h and transports/verbs/'
 check conf 'engine/[^s]|engine/s[^y]|preload/|transports/|tools/' 'anything but conf/ and engine/sys.h'
 if [ "$bad" = 0 ] && [ -n "$stamp" ]; then : >"$stamp"; fi
 exit "$bad"

@@ -12,8 +12,8 @@
    selectors, urgent data and fork.
 3. OpenJDK's own SDP support (SdpEcho.java with -Dcom.sun.sdp.conf): both clients converted and
    echoed; without the shim the same run fails (the JDK cannot make its SDP socket).
-4. The shim says that SDP runs over TCP (the verbs transport is not built yet): one warning per
-   process, one info line per connect and listen.
+4. The shim says why SDP runs over TCP on this host (no RDMA device): one info line per process,
+   one per connect and listen.
 5. libsdp rules (RDS_PRELOAD_SDP_CONFIG, py_sdp_rules_child.py): an ordinary TCP client becomes
    SDP, a listener stays TCP, each decision logged with its rule; a line that does not parse is
    reported and skipped.
@@ -78,8 +78,8 @@ class Sdp(unittest.TestCase):
         self.assertEqual(common + "== end\n", tcp,
                          "SDP sockets under the shim behave unlike kernel TCP (diff the log)")
         self.assertEqual("== SDP only\n" + sdp_only, SDP_ONLY)
-        self.assertEqual(err.count("SDP sockets of this process run over TCP"), 1, err)
-        self.assertIn("over TCP (SDP over RDMA verbs is not built yet", err)
+        self.assertEqual(err.count("SDP over RDMA verbs unavailable: no RDMA device"), 1, err)
+        self.assertIn("over TCP (no RDMA verbs on this host)", err)
 
     def test_cpython_program(self):
         argv = [sys.executable, itlib.script("py_sdp_child.py")]
