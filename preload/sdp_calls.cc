@@ -274,7 +274,7 @@ int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags,
                      : real::accept(fd, reinterpret_cast<sockaddr*>(&peer), &plen);
   if (r < 0) return r;
   auto entry = std::make_shared<sdp_fds::SdpFd>(s.family, s.tcp_fallback);
-  if (sdp::Service* verbs = Verbs(); verbs != nullptr && IsLoopback(peer)) {
+  if (sdp::Service* verbs = Verbs(); verbs != nullptr) {
     // A connection the relay made for an SDP peer: its names are that peer's.
     if (std::optional<sdp::Service::Names> names = verbs->Accepted(peer)) {
       {

@@ -121,7 +121,9 @@ absl::StatusOr<Conversation::Received> Conversation::OnMessage(
   Received r;
   switch (h.mid) {
     case wire::kData:
-      if (received_disconn_) {
+      // After its DisConn the peer still grants credits (its receiving half
+      // is open): empty Data only.
+      if (received_disconn_ && message.size() > wire::kBsdhSize) {
         return Fail(absl::InvalidArgumentError("data after the peer's DisConn"));
       }
       r.kind = Kind::kData;

@@ -21,8 +21,9 @@
 // * Urgent data: the Data message whose last byte is the urgent byte carries
 //   OOB_PRES | OOB_PEND.
 // * Close: DisConn after our last data (the application's FIN), AbortConn for
-//   a reset. A received DisConn ends the peer's stream; data after it, or any
-//   message after AbortConn, is an error.
+//   a reset. A received DisConn ends the peer's stream; data after it (credit
+//   updates, empty, still come: that side still receives), or any message
+//   after AbortConn, is an error.
 // * Buffer copy only: the zero-copy messages (SrcAvail, SinkAvail and their
 //   answers) and the rest are errors — both ends are this shim (sdp.md §0:
 //   no other SDP stack can reach the RDMA CM's TCP port space).

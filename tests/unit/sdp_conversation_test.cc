@@ -192,6 +192,26 @@ TEST(SdpConversationTest, DisConnEndsEachStreamAndBothEndTheConnection) {
   EXPECT_FALSE(p.b.NextData(5, std::nullopt, &n));
 }
 
+TEST(SdpConversationTest, AfterItsDisConnASideStillGrantsCredits) {
+  Pair p = Pair::Make(8);
+  p.to_b.push_back(Message(*p.a.NextDisConn()));
+  p.DeliverToB(/*repost=*/true);
+  // b streams to a, which has said its last word but still receives.
+  EXPECT_EQ(p.SendAtoB(""), 0u);
+  const std::string data(6 * 1024, 'r');
+  size_t off = 0, n = 0;
+  while (std::optional<wire::Bsdh> h = p.b.NextData(data.size() - off, std::nullopt, &n)) {
+    p.to_a.push_back(Message(*h, data.substr(off, n)));
+    off += n;
+  }
+  p.DeliverToA();
+  std::optional<wire::Bsdh> update = p.a.NextCreditUpdate();
+  ASSERT_TRUE(update) << "a cannot grant credits after its DisConn";
+  absl::StatusOr<Conversation::Received> r = p.b.OnMessage(Message(*update));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(p.b.can_send_data());
+}
+
 TEST(SdpConversationTest, DataAfterTheDisConnIsAnError) {
   Conversation c = *Conversation::Create(Sizes(8, 8));
   wire::Bsdh h;

@@ -236,17 +236,25 @@ TEST_F(SdpRelayTest, HalfCloseThenCloseEndsInOrder) {
   EXPECT_EQ(got, "request");
   ASSERT_TRUE(eof) << "B's application never saw A's FIN";
   EXPECT_TRUE(relay_a_->conversation().sent_disconn());
-  // B answers on its half, then closes.
-  ASSERT_EQ(send(app_b_, "response", 8, 0), 8);
-  ASSERT_EQ(close(app_b_), 0);
-  app_b_ = -1;
+  // B answers on its half — more than A's buffers hold, so A, closed for
+  // sending, must still grant credits — then closes.
+  const std::string response = Pattern(64 * 1024, 9);
+  size_t sent = 0;
   got.clear();
   eof = false;
-  for (int i = 0; i < 200 && !(eof && relay_a_->done() && relay_b_->done()); ++i) {
+  for (int i = 0; i < 2000 && !(eof && relay_a_->done() && relay_b_->done()); ++i) {
+    if (sent < response.size()) {
+      const ssize_t n = send(app_b_, response.data() + sent, response.size() - sent, MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+      if (sent == response.size()) {
+        ASSERT_EQ(close(app_b_), 0);
+        app_b_ = -1;
+      }
+    }
     Step();
     got += ReadSome(app_a_, &eof);
   }
-  EXPECT_EQ(got, "response");
+  EXPECT_TRUE(got == response) << got.size() << " of " << response.size();
   EXPECT_TRUE(eof);
   EXPECT_TRUE(relay_a_->done());
   EXPECT_TRUE(relay_b_->done());

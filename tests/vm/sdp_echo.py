@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""SDP stream echo for the VM tests (tests/vm/sdp_verbs.sh), run with or without the shim.
+
+  sdp_echo.py server ADDR PORT COUNT [tcp]   serves COUNT connections: reads each stream to its
+                                             end, answers with the same bytes and its SHA-256,
+                                             then closes; prints each peer and digest
+  sdp_echo.py client ADDR PORT PEER PEER_PORT SIZE [tcp]
+                                             sends SIZE patterned bytes (and one urgent byte
+                                             in the middle, which the server's stream loses,
+                                             as over TCP), half-closes, reads the echo;
+                                             prints "ok ..." or "FAIL ..."
+
+Sockets are socket(AF_INET, SOCK_STREAM, 257) (the sdp(7D) form) unless "tcp" is given (an
+ordinary TCP socket, for a peer without the shim or a socket converted by rules).
+"""
+import errno
+import hashlib
+import socket
+import sys
+
+PROTO_SDP = 257
+
+
+def make(tcp):
+    return socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0 if tcp else PROTO_SDP)
+
+
+def pattern(n):
+    return bytes((i * 131 + 7) % 251 for i in range(n))
+
+
+def read_all(s):
+    chunks = []
+    while True:
+        b = s.recv(1 << 16)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def server(addr, port, count, tcp):
+    ls = make(tcp)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port))
+    ls.listen(8)
+    print("ready", flush=True)
+    for _ in range(count):
+        c, peer = ls.accept()
+        data = read_all(c)
+        digest = hashlib.sha256(data).hexdigest()
+        c.sendall(data + digest.encode())
+        name = c.getsockname()
+        c.close()
+        print(f"served {peer[0]}:{peer[1]} local {name[0]}:{name[1]} bytes {len(data)} "
+              f"sha {digest[:16]}", flush=True)
+
+
+def client(addr, port, peer, peer_port, size, tcp):
+    s = make(tcp)  # blocking (a timeout would make CPython's socket non-blocking)
+    if addr != "-":
+        s.bind((addr, port))
+    try:
+        s.connect((peer, peer_port))
+    except OSError as e:
+        print(f"error {errno.errorcode.get(e.errno, e.errno)}", flush=True)
+        return False
+    name, got_peer = s.getsockname(), s.getpeername()
+    data = pattern(size)
+    half = size // 2
+    s.sendall(data[:half])
+    s.send(b"!", socket.MSG_OOB)  # out of band at the server (no SO_OOBINLINE): not echoed
+    s.sendall(data[half:])
+    s.shutdown(socket.SHUT_WR)
+    back = read_all(s)
+    s.close()
+    # The server reads with SO_OOBINLINE off: as over TCP, the urgent byte leaves its stream.
+    want = data + hashlib.sha256(data).hexdigest().encode()
+    verdict = "ok" if back == want else "FAIL"
+    print(f"{verdict} size {size} got {len(back)} name {name[0]}:{name[1]} "
+          f"peer {got_peer[0]}:{got_peer[1]}", flush=True)
+    return verdict == "ok"
+
+
+def main():
+    a = sys.argv[1:]
+    if a[0] == "server":
+        server(a[1], int(a[2]), int(a[3]), a[4:] == ["tcp"])
+        return 0
+    return 0 if client(a[1], int(a[2]), a[3], int(a[4]), int(a[5]), a[6:] == ["tcp"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

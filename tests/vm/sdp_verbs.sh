@@ -1,0 +1,87 @@
+#!/bin/bash
+# Runs INSIDE each of two guests of ../shared/vm (test_sdp_verbs.py starts them), both with
+# soft-RoCE (rxe0 on eth0) and no RDS module: SDP stream sockets (issue 18) between unmodified
+# Python programs (tests/vm/sdp_echo.py), the "kernel" role guest serving, the "shim" role guest
+# connecting.
+# 1. SDP over RDMA verbs, both sides under the shim: socket(AF_INET, SOCK_STREAM, 257), 0 B to
+#    1 MiB streams with an urgent byte in the middle, echoed with their SHA-256; the names each
+#    side reports are the SDP connection's;
+# 2. libsdp's "both": an ordinary TCP client converted by rules reaches a server without the shim
+#    (no SDP there): it falls back to TCP and works;
+# 3. an SDP socket (no fallback) to a port nobody serves over SDP: ECONNREFUSED, as OFED's.
+# Prints "RESULT <phase> <verdict>" lines.
+# Usage: sdp_verbs.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
+set -u
+BUILD=$1 ROLE=$2 ME=$3 PEER=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/guest_lib.sh"
+SDP="python3 $HERE/sdp_echo.py"
+SHIM="env LD_PRELOAD=$BUILD/preload/librds_preload.so RDS_PRELOAD_RUNDIR=/tmp/rds RDS_PRELOAD_LOG_LEVEL=3"
+SIZES="0 70001 1048576"
+modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm &&
+  rdma link add rxe0 type rxe netdev eth0 || echo "RESULT setup FAIL soft-RoCE"
+vm_barrier ready
+
+# 1. Over verbs, both under the shim.
+if [ "$ROLE" = kernel ]; then
+  $SHIM timeout 200 $SDP server "$ME" 5000 3 >/tmp/verbs-server.out 2>/tmp/verbs-server.err &
+  server=$!
+  wait_for /tmp/verbs-server.out ready 60
+  vm_barrier p1
+  wait "$server"
+  cat /tmp/verbs-server.out
+  grep -E "SDP|RDMA" /tmp/verbs-server.err | head -12
+  n=$(grep -c "^served $PEER:" /tmp/verbs-server.out)
+  local_ok=$(grep -c " local $ME:5000 " /tmp/verbs-server.out)
+  echo "RESULT server-peers $n $local_ok"
+  echo "RESULT server-verbs $(grep -c 'accepted over RDMA verbs' /tmp/verbs-server.err)"
+  vm_barrier p1-done
+else
+  vm_barrier p1
+  for size in $SIZES; do
+    $SHIM timeout 60 $SDP client "$ME" 0 "$PEER" 5000 "$size" 2>>/tmp/verbs-client.err
+  done >/tmp/verbs-client.out
+  cat /tmp/verbs-client.out
+  grep -E "SDP|RDMA" /tmp/verbs-client.err | head -12
+  echo "RESULT client-ok $(grep -c "^ok .* name $ME:[0-9]* peer $PEER:5000\$" /tmp/verbs-client.out)"
+  echo "RESULT client-verbs $(grep -c 'over RDMA verbs' /tmp/verbs-client.err)"
+  vm_barrier p1-done
+fi
+
+# 2. "both": the server has no shim; the client is an ordinary TCP program converted by rules.
+if [ "$ROLE" = kernel ]; then
+  timeout 100 $SDP server "$ME" 5100 1 tcp >/tmp/both-server.out 2>&1 &
+  server=$!
+  wait_for /tmp/both-server.out ready 60
+  vm_barrier p2
+  wait "$server"
+  vm_barrier p2-done
+else
+  echo "use both client * *:*" >/tmp/sdp.conf
+  vm_barrier p2
+  out=$($SHIM RDS_PRELOAD_SDP_CONFIG=/tmp/sdp.conf timeout 60 $SDP client - 0 "$PEER" 5100 \
+        65536 tcp 2>/tmp/both-client.err)
+  echo "$out"
+  grep -E "SDP|RDMA" /tmp/both-client.err | head -8
+  fell=$(grep -c "over TCP (both)" /tmp/both-client.err)
+  echo "RESULT both $(echo "$out" | cut -d' ' -f1) $fell"
+  vm_barrier p2-done
+fi
+
+# 3. An SDP socket to a port with no SDP listener (a plain TCP server there): refused.
+if [ "$ROLE" = kernel ]; then
+  timeout 60 python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$ME', 5200)); s.listen(1); time.sleep(40)" &
+  vm_barrier p3
+  vm_barrier p3-done
+  kill %1 2>/dev/null
+else
+  vm_barrier p3
+  out=$($SHIM timeout 60 $SDP client - 0 "$PEER" 5200 10 2>/tmp/refused.err)
+  echo "$out"
+  echo "RESULT refused $out"
+  vm_barrier p3-done
+fi
+exit 0

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""SDP stream sockets over RDMA verbs (issue 18): two guests of ../shared/vm with soft-RoCE and no
+RDS module, unmodified Python programs (tests/vm/sdp_echo.py) under the shim on both
+(tests/vm/sdp_verbs.sh): streams of 0 B to 1 MiB with an urgent byte, echoed with their SHA-256,
+over RDMA verbs, with the SDP connection's names on both sides; libsdp's "both" falling back to
+TCP for a server without the shim; an SDP socket refused where nobody serves SDP.
+
+Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~3 min (emulated CPU).
+"""
+
+import os
+import re
+
+from vmlib import HERE, Checks, run_guests
+
+
+def main():
+    out = run_guests(os.path.join(HERE, "sdp_verbs.sh"), "vm1", 300)
+    results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
+    checks = Checks("SDP over verbs")
+    check = checks.check
+    check("setup" not in results, f"soft-RoCE came up: {results.get('setup', 'ok')}")
+    check(results.get("client-ok") == "3",
+          f"3 streams (0 B, 70001 B, 1 MiB; an urgent byte each) echoed whole, the client's "
+          f"names the SDP connection's: {results.get('client-ok')} of 3")
+    check(results.get("client-verbs", "0") != "0" and int(results.get("client-verbs", 0)) >= 3,
+          f"the client connected over RDMA verbs each time: {results.get('client-verbs')}")
+    check(results.get("server-peers") == "3 3",
+          f"the server's accept() and getsockname() gave the SDP addresses (peer, local): "
+          f"{results.get('server-peers')}")
+    check(results.get("server-verbs") == "3",
+          f"the server accepted over RDMA verbs each time: {results.get('server-verbs')}")
+    check(results.get("both") == "ok 1",
+          f"'use both': no SDP at a server without the shim, so TCP, and the stream echoed: "
+          f"{results.get('both')}")
+    check(results.get("refused") == "error ECONNREFUSED",
+          f"an SDP socket where nobody serves SDP: ECONNREFUSED: {results.get('refused')}")
+    checks.done()
+
+
+if __name__ == "__main__":
+    main()
