@@ -62,6 +62,7 @@ void Relay::OnMessage(uint64_t id, absl::Span<const uint8_t> message) {
       pending_.push_back(Pending{id, r->kind, r->payload, 0, r->urgent});
       break;
     case Conversation::Kind::kDisConn:
+      log::Debug("%s: the peer's DisConn", name_);
       pending_.push_back(Pending{id, r->kind, {}, 0, false});
       break;
   }
@@ -69,6 +70,9 @@ void Relay::OnMessage(uint64_t id, absl::Span<const uint8_t> message) {
 }
 
 void Relay::OnClosed(const absl::Status& why) {
+  log::Debug("%s: the channel closed (%s); DisConn sent %d, received %d, %d messages unwritten",
+             name_, why.ToString(), conv_.sent_disconn(), conv_.received_disconn(),
+             static_cast<int>(pending_.size()));
   channel_closed_ = true;
   disconnected_ = true;  // nothing left to disconnect
   if (local_ < 0) return;
@@ -158,7 +162,10 @@ void Relay::ReadAndSend() {
     return;
   }
   if (local_eof_ && !conv_.sent_disconn() && !channel_closed_ && channel_->CanSend()) {
-    if (std::optional<wire::Bsdh> h = conv_.NextDisConn()) SendMessage(*h, {}, false);
+    if (std::optional<wire::Bsdh> h = conv_.NextDisConn()) {
+      log::Debug("%s: our DisConn (MSeq %u)", name_, h->mseq);
+      SendMessage(*h, {}, false);
+    }
   }
 }
 

@@ -521,9 +521,27 @@ class VerbsService final : public Service {
     // Into the application's listener, as a local client: accept() returns it.
     sockaddr_storage target = c.listener;
     if (IsAny(target)) target = Loopback(target.ss_family, PortOf(target));
+    // Its names are known before it connects: the application's accept()
+    // may run (and ask) before this thread is back from connect().
     const int fd = sys::Socket(target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || (sys::Connect(fd, reinterpret_cast<sockaddr*>(&target), LengthOf(target)) != 0 &&
-                   errno != EINPROGRESS)) {
+    sockaddr_storage mine = target;
+    if (mine.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in&>(mine).sin_port = 0;
+    } else {
+      reinterpret_cast<sockaddr_in6&>(mine).sin6_port = 0;
+    }
+    socklen_t len = LengthOf(mine);
+    const bool named = fd >= 0 &&
+                       sys::Bind(fd, reinterpret_cast<sockaddr*>(&mine), len) == 0 &&
+                       sys::Getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len) == 0;
+    if (named) {
+      c.loopback_key = Key(mine);
+      std::lock_guard<std::mutex> lock(mu_);
+      accepted_[c.loopback_key] = Names{c.local, c.peer};
+    }
+    if (!named ||
+        (sys::Connect(fd, reinterpret_cast<sockaddr*>(&target), LengthOf(target)) != 0 &&
+         errno != EINPROGRESS)) {
       log::Info("%s: cannot reach the application's listener %s: %s", c.name, Show(target),
                 strerror(errno));
       if (fd >= 0) sys::Close(fd);
@@ -531,14 +549,6 @@ class VerbsService final : public Service {
       const uint64_t token = c.token;
       loop_->Post([this, token] { Destroy(token); });
       return;
-    }
-    sockaddr_storage mine{};
-    socklen_t len = sizeof mine;
-    sys::Getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len);
-    c.loopback_key = Key(mine);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      accepted_[c.loopback_key] = Names{c.local, c.peer};
     }
     log::Info("%s: accepted over RDMA verbs for %s", c.name, Show(c.listener));
     StartRelay(c, fd);
@@ -612,7 +622,9 @@ class VerbsService final : public Service {
       loop_->Remove(c.local_fd);  // (closed by the relay)
       c.local_fd = -1;
     }
-    if (c.relay && c.relay->done()) {
+    // Once the channel has delivered what the relay sent (its disconnect
+    // waits for that; the CM's DISCONNECTED calls here again).
+    if (c.relay && c.relay->done() && (!c.ch || c.ch->finished())) {
       const uint64_t token = c.token;
       loop_->Post([this, token] { Destroy(token); });
     }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/log.h"
 #include "engine/sys.h"
+#include "sdp/wire.h"
 
 namespace rds::sdp {
 namespace {
@@ -22,6 +23,8 @@ constexpr uint64_t kRecvTag = uint64_t{1} << 63;
 constexpr uint32_t kSignalEvery = 16;
 // CQ events are acknowledged in batches (ibv_ack_cq_events takes a mutex).
 constexpr unsigned kCqEventAckBatch = 64;
+// How long a disconnect waits for what was sent to be delivered.
+constexpr absl::Duration kDisconnectWait = absl::Seconds(2);
 
 }  // namespace
 
@@ -84,6 +87,7 @@ absl::Status VerbsChannel::Attach() {
 }
 
 VerbsChannel::~VerbsChannel() {
+  if (disconnect_timer_ != 0) loop_.Cancel(disconnect_timer_);
   if (watching_) loop_.Remove(comp_->fd);
   if (qp_created_) api_.cm.destroy_qp(id_);
   if (cq_ != nullptr && unacked_cq_events_ > 0) api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
@@ -108,7 +112,7 @@ void VerbsChannel::PostRecv(uint32_t slot) {
 }
 
 bool VerbsChannel::CanSend() const {
-  return !closed_ && sends_posted_ - sends_completed_ < sizes_.send_slots;
+  return !closed_ && !disconnecting_ && sends_posted_ - sends_completed_ < sizes_.send_slots;
 }
 
 void VerbsChannel::Send(absl::Span<const uint8_t> message, bool urgent) {
@@ -128,9 +132,12 @@ void VerbsChannel::Send(absl::Span<const uint8_t> message, bool urgent) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   // Solicited: the peer's receive CQ event comes for every message (its
-  // relay writes the bytes on at once).
+  // relay writes the bytes on at once). Signalled: one in kSignalEvery, the
+  // one that fills the ring, and every control message (a BSDH alone: the
+  // last before a disconnect is one, FinishDisconnect).
   wr.send_flags = IBV_SEND_SOLICITED;
-  if (++unsignaled_ >= kSignalEvery || sends_posted_ + 1 - sends_completed_ == sizes_.send_slots) {
+  if (++unsignaled_ >= kSignalEvery || message.size() <= wire::kBsdhSize ||
+      sends_posted_ + 1 - sends_completed_ == sizes_.send_slots) {
     wr.send_flags |= IBV_SEND_SIGNALED;
     unsignaled_ = 0;
   }
@@ -147,13 +154,37 @@ void VerbsChannel::Repost(uint64_t id) {
 }
 
 void VerbsChannel::Disconnect() {
-  if (closed_) return;
-  closed_ = true;
-  // RC delivers what was posted before the disconnect.
-  api_.cm.disconnect(id_);
+  if (closed_ || disconnecting_) return;
+  disconnecting_ = true;
+  disconnect_deadline_ = absl::Now() + kDisconnectWait;
+  FinishDisconnect();
 }
 
-void VerbsChannel::OnDisconnected(const absl::Status& why) { Fail(why); }
+void VerbsChannel::FinishDisconnect() {
+  if (closed_) return;
+  // The last message before a disconnect is a control message (DisConn,
+  // AbortConn or a credit update), and those are signalled (Send): its
+  // completion says everything before it is delivered. A relay that could
+  // send none (no credit) waits no longer than the deadline.
+  if (sends_completed_ == sends_posted_ || absl::Now() >= disconnect_deadline_) {
+    closed_ = true;
+    api_.cm.disconnect(id_);
+    return;
+  }
+  if (disconnect_timer_ == 0) {
+    disconnect_timer_ = loop_.After(kDisconnectWait, [this] {
+      disconnect_timer_ = 0;
+      FinishDisconnect();
+    });
+  }
+}
+
+void VerbsChannel::OnDisconnected(const absl::Status& why) {
+  // The CM's event and the completions come on different fds: what the peer
+  // sent before its disconnect may still wait in the CQ. It goes first.
+  if (!closed_) PollCompletions();
+  Fail(why);
+}
 
 void VerbsChannel::Fail(const absl::Status& why) {
   if (closed_) {
@@ -188,6 +219,10 @@ void VerbsChannel::OnCompletionChannel() {
     Fail(absl::InternalError("cannot re-arm the CQ"));
     return;
   }
+  PollCompletions();
+}
+
+void VerbsChannel::PollCompletions() {
   ibv_wc wc[32];
   bool freed = false;
   for (;;) {
@@ -216,6 +251,7 @@ void VerbsChannel::OnCompletionChannel() {
       }
     }
   }
+  if (freed && disconnecting_) FinishDisconnect();
   if (freed && CanSend() && cb_.on_send_space) cb_.on_send_space();
 }
 

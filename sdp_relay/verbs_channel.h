@@ -53,6 +53,10 @@ class VerbsChannel final : public MessageChannel {
   void OnEstablished() { established_ = true; }
   // The CM said DISCONNECTED (or the device went away).
   void OnDisconnected(const absl::Status& why);
+  // Disconnected, or failed: nothing in flight is owed to the peer any more,
+  // and the channel may be destroyed. (Destroying it sooner destroys the
+  // queue pair under sends not yet delivered.)
+  bool finished() const { return closed_; }
 
   // MessageChannel.
   bool CanSend() const override;
@@ -65,7 +69,12 @@ class VerbsChannel final : public MessageChannel {
       : api_(api), loop_(loop), id_(id), sizes_(sizes) {}
   absl::Status Attach();
   void PostRecv(uint32_t slot);
+  // Disconnects once every posted send has completed (a disconnect moves
+  // the queue pair to the error state: sends still in flight would be
+  // flushed, never delivered), or at the deadline.
+  void FinishDisconnect();
   void OnCompletionChannel();
+  void PollCompletions();
   void Fail(const absl::Status& why);
 
   const verbs::VerbsApi& api_;
@@ -88,6 +97,9 @@ class VerbsChannel final : public MessageChannel {
   uint32_t unsignaled_ = 0;
   unsigned unacked_cq_events_ = 0;
   bool established_ = false;
+  bool disconnecting_ = false;  // Disconnect() called: no more sends
+  absl::Time disconnect_deadline_;
+  uint64_t disconnect_timer_ = 0;
   bool closed_ = false;
 };
 
