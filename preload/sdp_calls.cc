@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "engine/addr.h"
 #include "engine/errors.h"
 #include "engine/log.h"
+#include "engine/sys.h"
 #include "engine/usercopy.h"
 #include "preload/errno_policy.h"
 #include "preload/lifecycle.h"
@@ -45,8 +47,9 @@ sdp::Service* Verbs() {
 void WarnNonBlockingOnce() {
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {
-    log::Warn("a non-blocking connect of an SDP socket runs over TCP: non-blocking connects over "
-              "RDMA verbs are not built yet (issue 18)");
+    log::Warn("a non-blocking connect of a socket converted with libsdp's \"both\" runs over "
+              "TCP: trying SDP first without blocking, then TCP on the same fd, is not built "
+              "yet (issue 18)");
   }
 }
 
@@ -184,7 +187,78 @@ int Bind(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
   return r;
 }
 
+namespace {
+
+// A non-blocking connect over verbs: the SDP connection is begun; the fd
+// joins its gate at once and fills its smallest send buffer, so that it
+// shows no POLLOUT until the relay, the connection up, drops the filler
+// (sdp_relay/service.h, Begin).
+int ConnectNonBlocking(sdp_fds::SdpFd& s, int fd, sdp::Service& verbs,
+                       const sockaddr_storage& local, const sockaddr_storage& dst) {
+  absl::StatusOr<sdp::Service::Begun> begun = verbs.Begin(local, dst);
+  if (!begun.ok()) return Fail<int>(ErrnoOf(begun.status()));
+  const int smallest = 1;
+  real::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &smallest, sizeof smallest);
+  if (real::connect(fd, reinterpret_cast<const sockaddr*>(&begun->gate), begun->gate_len) != 0 &&
+      errno != EINPROGRESS) {
+    const int err = errno;
+    verbs.Abandon(begun->token);
+    return Fail<int>(err);
+  }
+  // Loopback: the handshake is done within microseconds.
+  pollfd p = {fd, POLLOUT, 0};
+  sys::Poll(&p, 1, 1000);
+  static const char kFiller[16384] = {};
+  size_t filler = 0;
+  for (;;) {
+    const ssize_t n = real::send(fd, kFiller, sizeof kFiller, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    filler += static_cast<size_t>(n);
+  }
+  sockaddr_storage joined = {};
+  socklen_t jlen = sizeof(joined);
+  real::getsockname(fd, reinterpret_cast<sockaddr*>(&joined), &jlen);
+  const int dup = sys::MakeInternal(real::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  {
+    rds::MutexLock lock(&s.mu);
+    s.connecting = begun->state;
+    s.error_reported = false;
+    s.local = local;
+    s.peer = dst;
+  }
+  s.verbs.store(true);
+  verbs.Join(begun->token, joined, filler, dup);
+  log::Info("SDP fd %d: connecting to %s over RDMA verbs (non-blocking; %zu bytes hold it)", fd,
+            Describe(dst), filler);
+  return Fail<int>(EINPROGRESS);
+}
+
+// For a connect() on an fd whose non-blocking connect over verbs is under
+// way or done: what the kernel's TCP would answer (EALREADY, EISCONN, the
+// error once), or -1 when it is a new connect.
+int ConnectUnderWay(sdp_fds::SdpFd& s) {
+  rds::MutexLock lock(&s.mu);
+  if (!s.connecting) return -1;
+  std::lock_guard<std::mutex> state_lock(s.connecting->mu);
+  switch (s.connecting->phase) {
+    case sdp::Service::ConnectState::Phase::kPending:
+      return EALREADY;
+    case sdp::Service::ConnectState::Phase::kUp:
+      return EISCONN;
+    case sdp::Service::ConnectState::Phase::kFailed:
+      break;
+  }
+  const int err = s.connecting->error;
+  const bool reported = s.error_reported;
+  s.connecting.reset();  // (a new connect may follow)
+  s.verbs.store(false);
+  return reported ? -1 : err;
+}
+
+}  // namespace
+
 int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
+  if (int err = ConnectUnderWay(s); err >= 0) return err == 0 ? 0 : Fail<int>(err);
   sockaddr_storage copy;
   const sockaddr* use = nullptr;
   if (int err = KernelAddress(addr, len, &copy, &use)) return Fail<int>(err);
@@ -205,14 +279,15 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
     why_tcp = "its address is unknown";
   } else if (!verbs->OnRdmaDevice(local)) {
     why_tcp = "bound to an address on no RDMA device";
-  } else if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) {
+  } else if ((real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) && s.tcp_fallback) {
     WarnNonBlockingOnce();
-    why_tcp = "non-blocking";
+    why_tcp = "non-blocking, and libsdp's both";
   }
   if (why_tcp != nullptr) {
     log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(dst), why_tcp);
     return real::connect(fd, use, len);
   }
+  if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) return ConnectNonBlocking(s, fd, *verbs, local, dst);
   absl::StatusOr<sdp::Service::Outgoing> out = verbs->Connect(local, dst, kConnectTimeout);
   if (!out.ok()) {
     if (s.tcp_fallback) {
@@ -305,6 +380,19 @@ int GetName(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, bool peer
   {
     rds::MutexLock lock(&s.mu);
     ss = peer ? s.peer : s.local;
+    if (s.connecting) {
+      std::lock_guard<std::mutex> state_lock(s.connecting->mu);
+      switch (s.connecting->phase) {
+        case sdp::Service::ConnectState::Phase::kPending:
+          if (peer) return Fail<int>(ENOTCONN);  // as TCP's, before the handshake is done
+          break;
+        case sdp::Service::ConnectState::Phase::kUp:
+          if (!peer) ss = s.connecting->local;
+          break;
+        case sdp::Service::ConnectState::Phase::kFailed:  // reset: as a failed TCP connect
+          return peer ? Fail<int>(ENOTCONN) : real::getsockname(fd, addr, len);
+      }
+    }
   }
   if (absl::Status c = usercopy::SockaddrToUser(ss, LengthOf(ss), addr, len); !c.ok()) {
     return Fail<int>(ErrnoOf(c));
@@ -337,6 +425,36 @@ int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, 
 }
 
 int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, socklen_t* len) {
+  if (level == SOL_SOCKET && name == SO_ERROR) {
+    // A non-blocking connect over verbs that failed: its error, once (the
+    // kernel's own, ECONNRESET from the gate's reset, is consumed with it).
+    int err = 0;
+    {
+      rds::MutexLock lock(&s.mu);
+      if (s.connecting && !s.error_reported) {
+        std::lock_guard<std::mutex> state_lock(s.connecting->mu);
+        if (s.connecting->phase == sdp::Service::ConnectState::Phase::kFailed) {
+          err = s.connecting->error;
+          s.error_reported = true;
+        }
+      }
+    }
+    if (err != 0) {
+      int kernel = 0;
+      socklen_t klen = sizeof(kernel);
+      real::getsockopt(fd, SOL_SOCKET, SO_ERROR, &kernel, &klen);
+      socklen_t have = 0;
+      if (absl::Status c = usercopy::FromUser(&have, len, sizeof(have)); !c.ok()) {
+        return Fail<int>(ErrnoOf(c));
+      }
+      const socklen_t n = std::min<socklen_t>(have, sizeof(err));
+      if (absl::Status c = usercopy::ToUser(val, &err, n); !c.ok()) return Fail<int>(ErrnoOf(c));
+      if (absl::Status c = usercopy::ToUser(len, &n, sizeof(n)); !c.ok()) {
+        return Fail<int>(ErrnoOf(c));
+      }
+      return 0;
+    }
+  }
   int value = 0;
   sdp::OptionCall call;
   {

@@ -4,11 +4,12 @@
 // is a kernel TCP socket: the kernel does the call, after the address family
 // is made the kernel's (27 / 28 → AF_INET / AF_INET6) and with the SDP-only
 // options answered here. Where RDMA verbs serve the addresses
-// (sdp_relay/service.h), a blocking connect makes an SDP connection and
-// joins the fd to its relay over loopback, and a listener is served over
-// verbs as well as TCP; elsewhere, and for non-blocking connects (not built
-// yet: a warning once), the socket runs over TCP. connect() and listen() log
-// which (info level).
+// (sdp_relay/service.h), a connect makes an SDP connection and joins the fd
+// to its relay over loopback (a non-blocking one through the gate: EINPROGRESS,
+// then POLLOUT or the error in SO_ERROR), and a listener is served over verbs
+// as well as TCP; elsewhere the socket runs over TCP, and so does a
+// non-blocking connect under libsdp's "both" (not built yet: a warning once).
+// connect() and listen() log which (info level).
 //
 // Thread-safety: safe for concurrent use.
 #ifndef RDS_PRELOAD_SDP_CALLS_H_

@@ -18,6 +18,7 @@
 
 #include "engine/sync.h"
 #include "sdp/sockopt.h"
+#include "sdp_relay/service.h"
 
 namespace rds::preload::sdp_fds {
 
@@ -34,6 +35,10 @@ struct SdpFd {
   std::atomic<bool> verbs{false};
   sockaddr_storage local ABSL_GUARDED_BY(mu) = {};
   sockaddr_storage peer ABSL_GUARDED_BY(mu) = {};
+  // A non-blocking connect over verbs under way (or done): its outcome, and
+  // whether its error was reported (SO_ERROR, a second connect).
+  std::shared_ptr<sdp::Service::ConnectState> connecting ABSL_GUARDED_BY(mu);
+  bool error_reported ABSL_GUARDED_BY(mu) = false;
 };
 
 // True once this process has had any SDP fd.

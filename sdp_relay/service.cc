@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -41,6 +42,8 @@ constexpr int kResolveTimeoutMs = 5000;
 constexpr size_t kRequestPrivateData = 56;
 constexpr int kGateBacklog = 4;
 constexpr size_t kMaxParked = 4;
+// A gated connection's buffers once open (capped by net.core.[rw]mem_max).
+constexpr int kRaisedBuffer = 4 << 20;
 
 absl::Status Errno(int err, const std::string& what) {
   return absl::Status(absl::StatusCode::kUnavailable,
@@ -189,7 +192,9 @@ class VerbsService final : public Service {
                                    absl::Duration timeout) override {
     auto wait = std::make_shared<ConnectWait>();
     const uint64_t token = next_token_.fetch_add(1);
-    loop_->Post([this, token, local, peer, wait] { StartConnect(token, local, peer, wait); });
+    loop_->Post([this, token, local, peer, wait] {
+      StartConnect(token, local, peer, wait, nullptr);
+    });
     std::unique_lock<std::mutex> lock(wait->mu);
     if (!wait->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return wait->done; })) {
       lock.unlock();
@@ -213,6 +218,38 @@ class VerbsService final : public Service {
 
   void Abandon(uint64_t token) override {
     loop_->Post([this, token] { Destroy(token); });
+  }
+
+  absl::StatusOr<Begun> Begin(const sockaddr_storage& local,
+                              const sockaddr_storage& peer) override {
+    Begun begun;
+    begun.token = next_token_.fetch_add(1);
+    begun.state = std::make_shared<ConnectState>();
+    absl::Status s = OnLoop([&]() -> absl::Status {
+      StartConnect(begun.token, local, peer, nullptr, begun.state);
+      Conn* c = Token(begun.token);
+      if (c == nullptr || c->gate < 0) return RdsError(ENOBUFS);  // (logged)
+      begun.gate = c->gate_addr;
+      begun.gate_len = LengthOf(c->gate_addr);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    return begun;
+  }
+
+  void Join(uint64_t token, const sockaddr_storage& app_local, size_t filler,
+            int app_dup) override {
+    loop_->Post([this, token, app_local, filler, app_dup] {
+      Conn* c = Token(token);
+      if (c == nullptr) {  // failed meanwhile: the socket was reset
+        sys::CloseInternal(app_dup);
+        return;
+      }
+      c->filler_left = filler;
+      c->app_dup = app_dup;
+      c->expected = Key(app_local);
+      MatchParked(*c);
+    });
   }
 
   absl::Status Listen(const sockaddr_storage& bound, int backlog) override {
@@ -273,8 +310,14 @@ class VerbsService final : public Service {
     int app_family = AF_INET;
     sockaddr_storage app_bound{};  // the application socket's address before connect
     int gate = -1;
+    sockaddr_storage gate_addr{};
     std::optional<std::string> expected;
     std::vector<int> parked;
+    // A non-blocking connect's (Begin / Join).
+    std::shared_ptr<ConnectState> state;
+    int joined = -1;         // the application's connection, its filler not yet read
+    size_t filler_left = 0;
+    int app_dup = -1;
     // Accepting side.
     sockaddr_storage listener{};
     std::string loopback_key;
@@ -297,18 +340,21 @@ class VerbsService final : public Service {
   // --- the connecting side ---
 
   void StartConnect(uint64_t token, const sockaddr_storage& local, const sockaddr_storage& peer,
-                    const std::shared_ptr<ConnectWait>& wait) {
+                    const std::shared_ptr<ConnectWait>& wait,
+                    const std::shared_ptr<ConnectState>& state) {
     auto owned = std::make_unique<Conn>();
     Conn& c = *owned;
     c.token = token;
     c.outgoing = true;
     c.wait = wait;
+    c.state = state;
     c.peer = peer;
     c.local = local;
     c.app_family = local.ss_family == AF_INET6 ? AF_INET6 : AF_INET;
     c.app_bound = local;
     c.name = absl::StrFormat("SDP to %s", Show(peer));
     conns_[token] = std::move(owned);
+    if (c.state && !MakeGate(c, /*hold=*/true)) return;
     if (api_->cm.create_id(cm_, &c.id, nullptr, RDMA_PS_TCP) != 0) {
       FailConnect(c, Errno(errno, "rdma_create_id"), ENOBUFS);
       return;
@@ -369,11 +415,34 @@ class VerbsService final : public Service {
     }
     c.conv.emplace(*std::move(conv));
     c.ch->OnEstablished();
-    // The gate: the application's socket connects here.
+    log::Info("%s: connected over RDMA verbs from %s", c.name, Show(c.local));
+    if (c.state) {  // non-blocking: the gate exists; open it
+      {
+        std::lock_guard<std::mutex> lock(c.state->mu);
+        c.state->phase = ConnectState::Phase::kUp;
+        c.state->local = c.local;
+      }
+      OpenGate(c);
+      return;
+    }
+    if (!MakeGate(c, /*hold=*/false)) return;
+    std::lock_guard<std::mutex> lock(c.wait->mu);
+    c.wait->out.token = c.token;
+    c.wait->out.gate = c.gate_addr;
+    c.wait->out.gate_len = LengthOf(c.gate_addr);
+    c.wait->out.local = c.local;
+    c.wait->out.peer = c.peer;
+    c.wait->done = true;
+    c.wait->cv.notify_all();
+  }
+
+  // The gate: a listener the application's socket connects to (on that
+  // socket's own address when it is bound to one — a socket bound to an
+  // address connects from it — else on loopback). `hold`: its receive
+  // buffer the smallest, which holds a non-blocking connect's POLLOUT back.
+  bool MakeGate(Conn& c, bool hold) {
     c.gate = sys::MakeInternal(
         sys::Socket(c.app_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    // On the application socket's own address when it is bound to one (a
-    // socket bound to an address connects from it), else on loopback.
     sockaddr_storage g = c.app_bound;
     if (IsAny(g)) {
       g = Loopback(c.app_family, 0);
@@ -383,31 +452,64 @@ class VerbsService final : public Service {
       reinterpret_cast<sockaddr_in6&>(g).sin6_port = 0;
     }
     socklen_t glen = LengthOf(g);
-    if (c.gate < 0 || sys::Bind(c.gate, reinterpret_cast<sockaddr*>(&g), glen) != 0 ||
+    const int smallest = 1;
+    if (c.gate < 0 ||
+        (hold && sys::Setsockopt(c.gate, SOL_SOCKET, SO_RCVBUF, &smallest, sizeof smallest) != 0) ||
+        sys::Bind(c.gate, reinterpret_cast<sockaddr*>(&g), glen) != 0 ||
         sys::Listen(c.gate, kGateBacklog) != 0 ||
         sys::Getsockname(c.gate, reinterpret_cast<sockaddr*>(&g), &glen) != 0) {
       FailConnect(c, Errno(errno, "the loopback gate"), ENOBUFS);
-      return;
+      return false;
     }
+    c.gate_addr = g;
     const uint64_t token = c.token;
     if (absl::Status s = loop_->Add(c.gate, EPOLLIN, [this, token](uint32_t) { OnGate(token); });
         !s.ok()) {
       FailConnect(c, s, ENOBUFS);
-      return;
+      return false;
     }
-    log::Info("%s: connected over RDMA verbs from %s", c.name, Show(c.local));
-    std::lock_guard<std::mutex> lock(c.wait->mu);
-    c.wait->out.token = c.token;
-    c.wait->out.gate = g;
-    c.wait->out.gate_len = glen;
-    c.wait->out.local = c.local;
-    c.wait->out.peer = c.peer;
-    c.wait->done = true;
-    c.wait->cv.notify_all();
+    return true;
+  }
+
+  // A non-blocking connect's last step: once the SDP connection is up and
+  // the application's socket has joined, its filler is read and dropped
+  // (its POLLOUT), the buffers raised, and the relay starts.
+  void OpenGate(Conn& c) {
+    if (!c.conv || c.joined < 0) return;
+    char sink[16384];
+    while (c.filler_left > 0) {
+      const ssize_t n = sys::Recv(c.joined, sink, std::min(sizeof sink, c.filler_left),
+                                  MSG_DONTWAIT);
+      if (n > 0) {
+        c.filler_left -= static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;  // more comes as the window opens
+      break;  // closed or reset already: the relay finds out
+    }
+    const int big = kRaisedBuffer;
+    sys::Setsockopt(c.joined, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    sys::Setsockopt(c.joined, IPPROTO_TCP, TCP_WINDOW_CLAMP, &big, sizeof big);
+    if (c.app_dup >= 0) {
+      sys::Setsockopt(c.app_dup, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+      sys::CloseInternal(c.app_dup);
+      c.app_dup = -1;
+    }
+    const int fd = c.joined;
+    c.joined = -1;
+    loop_->Remove(fd);
+    StartRelay(c, fd);
   }
 
   void FailConnect(Conn& c, const absl::Status& why, int err) {
     log::Info("%s: %s", c.name, why.message());
+    if (c.state) {
+      std::lock_guard<std::mutex> lock(c.state->mu);
+      if (c.state->phase == ConnectState::Phase::kPending) {
+        c.state->phase = ConnectState::Phase::kFailed;
+        c.state->error = err;
+      }
+    }
     if (c.wait) {
       std::lock_guard<std::mutex> lock(c.wait->mu);
       if (!c.wait->done) {
@@ -437,7 +539,7 @@ class VerbsService final : public Service {
   }
 
   void MatchParked(Conn& c) {
-    if (!c.expected || c.relay) return;
+    if (!c.expected || c.relay || c.joined >= 0) return;
     for (size_t i = 0; i < c.parked.size(); ++i) {
       sockaddr_storage peer{};
       socklen_t len = sizeof peer;
@@ -450,6 +552,15 @@ class VerbsService final : public Service {
         loop_->Remove(c.gate);
         sys::CloseInternal(c.gate);
         c.gate = -1;
+        if (c.state) {
+          c.joined = fd;
+          const uint64_t token = c.token;
+          loop_->Add(fd, EPOLLIN | EPOLLET, [this, token](uint32_t) {
+            if (Conn* c = Token(token)) OpenGate(*c);
+          }).IgnoreError();
+          OpenGate(c);
+          return;
+        }
         StartRelay(c, fd);
         return;
       }
@@ -650,6 +761,11 @@ class VerbsService final : public Service {
       sys::CloseInternal(c->gate);
     }
     for (int fd : c->parked) Reset(fd);
+    if (c->joined >= 0) {  // the application's socket sees a reset: its SO_ERROR says why
+      loop_->Remove(c->joined);
+      Reset(c->joined);
+    }
+    if (c->app_dup >= 0) sys::CloseInternal(c->app_dup);
     if (c->local_fd >= 0) loop_->Remove(c->local_fd);
     c->relay.reset();  // resets the application's connection if it had not ended
     if (c->ch) {

@@ -20,7 +20,10 @@
 
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -56,6 +59,34 @@ class Service {
   // local address. (Abandon: it will not come; the connection is dropped.)
   virtual void Expect(uint64_t token, const sockaddr_storage& app_local) = 0;
   virtual void Abandon(uint64_t token) = 0;
+
+  // A non-blocking connect (DESIGN.md §11, the gate): Begin starts the SDP
+  // connection and returns at once with a gate that takes the application's
+  // socket at once but holds its POLLOUT back: the gate's receive buffer is
+  // the smallest, and Join's `filler` bytes — which the caller wrote into
+  // its socket, its send buffer set to the smallest, until EAGAIN — stay
+  // queued. When the SDP connection is up the relay reads and drops exactly
+  // those bytes (the application's POLLOUT), raises both buffers (the
+  // application's through `app_dup`, a duplicate of its fd the relay owns
+  // and closes), and relays. If it fails, the application's socket is reset
+  // and the state says why (its SO_ERROR).
+  struct ConnectState {
+    enum class Phase { kPending, kUp, kFailed };
+    std::mutex mu;
+    Phase phase = Phase::kPending;  // guarded by mu
+    int error = 0;                  // kFailed: the errno a TCP connect would give
+    sockaddr_storage local{};       // kUp: the SDP connection's own address
+  };
+  struct Begun {
+    uint64_t token = 0;
+    sockaddr_storage gate{};
+    socklen_t gate_len = 0;
+    std::shared_ptr<ConnectState> state;
+  };
+  virtual absl::StatusOr<Begun> Begin(const sockaddr_storage& local,
+                                      const sockaddr_storage& peer) = 0;
+  virtual void Join(uint64_t token, const sockaddr_storage& app_local, size_t filler,
+                    int app_dup) = 0;
 
   // Serves SDP connections to the application's listener bound to `bound`
   // (an error: the address is on no RDMA device, or the CM's port is taken).

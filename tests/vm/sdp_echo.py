@@ -4,7 +4,10 @@
   sdp_echo.py server ADDR PORT COUNT [tcp]   serves COUNT connections: reads each stream to its
                                              end, answers with the same bytes and its SHA-256,
                                              then closes; prints each peer and digest
-  sdp_echo.py client ADDR PORT PEER PEER_PORT SIZE [tcp]
+  sdp_echo.py client ADDR PORT PEER PEER_PORT SIZE [tcp] [nb|timeout]
+                                             (nb: a non-blocking connect waited for with
+                                             select and SO_ERROR; timeout: CPython's
+                                             settimeout, non-blocking inside)
                                              sends SIZE patterned bytes (and one urgent byte
                                              in the middle, which the server's stream loses,
                                              as over TCP), half-closes, reads the echo;
@@ -15,6 +18,7 @@ ordinary TCP socket, for a peer without the shim or a socket converted by rules)
 """
 import errno
 import hashlib
+import select
 import socket
 import sys
 
@@ -55,12 +59,27 @@ def server(addr, port, count, tcp):
               f"sha {digest[:16]}", flush=True)
 
 
-def client(addr, port, peer, peer_port, size, tcp):
-    s = make(tcp)  # blocking (a timeout would make CPython's socket non-blocking)
+def client(addr, port, peer, peer_port, size, how):
+    s = make("tcp" in how)
     if addr != "-":
         s.bind((addr, port))
     try:
-        s.connect((peer, peer_port))
+        if "nb" in how:  # a non-blocking connect, as event loops make it
+            s.setblocking(False)
+            err = s.connect_ex((peer, peer_port))
+            if err != errno.EINPROGRESS:
+                raise OSError(err, "connect_ex")
+            if select.select([], [s], [], 60)[1] != [s]:
+                raise OSError(errno.ETIMEDOUT, "no POLLOUT")
+            err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, "SO_ERROR")
+            s.setblocking(True)
+        elif "timeout" in how:  # CPython: a timeout makes the socket non-blocking inside
+            s.settimeout(60)
+            s.connect((peer, peer_port))
+        else:
+            s.connect((peer, peer_port))
     except OSError as e:
         print(f"error {errno.errorcode.get(e.errno, e.errno)}", flush=True)
         return False
@@ -86,7 +105,7 @@ def main():
     if a[0] == "server":
         server(a[1], int(a[2]), int(a[3]), a[4:] == ["tcp"])
         return 0
-    return 0 if client(a[1], int(a[2]), a[3], int(a[4]), int(a[5]), a[6:] == ["tcp"]) else 1
+    return 0 if client(a[1], int(a[2]), a[3], int(a[4]), int(a[5]), a[6:]) else 1
 
 
 if __name__ == "__main__":

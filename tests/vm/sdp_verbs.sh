@@ -5,7 +5,8 @@
 # connecting.
 # 1. SDP over RDMA verbs, both sides under the shim: socket(AF_INET, SOCK_STREAM, 257), 0 B to
 #    1 MiB streams with an urgent byte in the middle, echoed with their SHA-256; the names each
-#    side reports are the SDP connection's;
+#    side reports are the SDP connection's; then two non-blocking connects (select and
+#    SO_ERROR, as event loops do; CPython's settimeout);
 # 2. libsdp's "both": an ordinary TCP client converted by rules reaches a server without the shim
 #    (no SDP there): it falls back to TCP and works;
 # 3. an SDP socket (no fallback) to a port nobody serves over SDP: ECONNREFUSED, as OFED's.
@@ -24,7 +25,7 @@ vm_barrier ready
 
 # 1. Over verbs, both under the shim.
 if [ "$ROLE" = kernel ]; then
-  $SHIM timeout 200 $SDP server "$ME" 5000 3 >/tmp/verbs-server.out 2>/tmp/verbs-server.err &
+  $SHIM timeout 200 $SDP server "$ME" 5000 5 >/tmp/verbs-server.out 2>/tmp/verbs-server.err &
   server=$!
   wait_for /tmp/verbs-server.out ready 60
   vm_barrier p1
@@ -41,10 +42,15 @@ else
   for size in $SIZES; do
     $SHIM timeout 60 $SDP client "$ME" 0 "$PEER" 5000 "$size" 2>>/tmp/verbs-client.err
   done >/tmp/verbs-client.out
-  cat /tmp/verbs-client.out
-  grep -E "SDP|RDMA" /tmp/verbs-client.err | head -12
+  for how in nb timeout; do
+    $SHIM timeout 60 $SDP client - 0 "$PEER" 5000 200000 "$how" 2>>/tmp/nb-client.err
+  done >/tmp/nb-client.out
+  cat /tmp/verbs-client.out /tmp/nb-client.out
+  grep -E "SDP|RDMA" /tmp/verbs-client.err /tmp/nb-client.err | head -16
   echo "RESULT client-ok $(grep -c "^ok .* name $ME:[0-9]* peer $PEER:5000\$" /tmp/verbs-client.out)"
   echo "RESULT client-verbs $(grep -c 'over RDMA verbs' /tmp/verbs-client.err)"
+  echo "RESULT nb-ok $(grep -c "^ok .* name $ME:[0-9]* peer $PEER:5000\$" /tmp/nb-client.out)"
+  echo "RESULT nb-verbs $(grep -c 'connecting to .* over RDMA verbs (non-blocking' /tmp/nb-client.err)"
   vm_barrier p1-done
 fi
 
@@ -82,6 +88,9 @@ else
   out=$($SHIM timeout 60 $SDP client - 0 "$PEER" 5200 10 2>/tmp/refused.err)
   echo "$out"
   echo "RESULT refused $out"
+  out=$($SHIM timeout 60 $SDP client - 0 "$PEER" 5200 10 nb 2>/tmp/refused-nb.err)
+  echo "$out"
+  echo "RESULT refused-nb $out"
   vm_barrier p3-done
 fi
 exit 0

@@ -2,7 +2,8 @@
 """SDP stream sockets over RDMA verbs (issue 18): two guests of ../shared/vm with soft-RoCE and no
 RDS module, unmodified Python programs (tests/vm/sdp_echo.py) under the shim on both
 (tests/vm/sdp_verbs.sh): streams of 0 B to 1 MiB with an urgent byte, echoed with their SHA-256,
-over RDMA verbs, with the SDP connection's names on both sides; libsdp's "both" falling back to
+over RDMA verbs, with the SDP connection's names on both sides, blocking and non-blocking
+connects; libsdp's "both" falling back to
 TCP for a server without the shim; an SDP socket refused where nobody serves SDP.
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~3 min (emulated CPU).
@@ -25,16 +26,23 @@ def main():
           f"names the SDP connection's: {results.get('client-ok')} of 3")
     check(results.get("client-verbs", "0") != "0" and int(results.get("client-verbs", 0)) >= 3,
           f"the client connected over RDMA verbs each time: {results.get('client-verbs')}")
-    check(results.get("server-peers") == "3 3",
+    check(results.get("nb-ok") == "2",
+          f"2 non-blocking connects (select and SO_ERROR; CPython's settimeout) echoed whole: "
+          f"{results.get('nb-ok')} of 2")
+    check(results.get("nb-verbs") == "2",
+          f"... both over RDMA verbs: {results.get('nb-verbs')}")
+    check(results.get("server-peers") == "5 5",
           f"the server's accept() and getsockname() gave the SDP addresses (peer, local): "
           f"{results.get('server-peers')}")
-    check(results.get("server-verbs") == "3",
+    check(results.get("server-verbs") == "5",
           f"the server accepted over RDMA verbs each time: {results.get('server-verbs')}")
     check(results.get("both") == "ok 1",
           f"'use both': no SDP at a server without the shim, so TCP, and the stream echoed: "
           f"{results.get('both')}")
     check(results.get("refused") == "error ECONNREFUSED",
           f"an SDP socket where nobody serves SDP: ECONNREFUSED: {results.get('refused')}")
+    check(results.get("refused-nb") == "error ECONNREFUSED",
+          f"... non-blocking, ECONNREFUSED from SO_ERROR: {results.get('refused-nb')}")
     checks.done()
 
 
