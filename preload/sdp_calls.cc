@@ -35,13 +35,12 @@ namespace {
 // resolution, the CM's request and its answer).
 constexpr absl::Duration kConnectTimeout = absl::Seconds(20);
 
-// The process's SDP over verbs, or null (why: said once by the service).
-sdp::Service* Verbs() {
-  static sdp::Service* const service = [] {
-    absl::StatusOr<sdp::Service*> s = sdp::Service::Get();
-    return s.ok() ? *s : nullptr;
-  }();
-  return service;
+// The process's SDP over verbs, or null and why not (sdp_relay/service.h).
+sdp::Service* Verbs(std::string* why_not = nullptr) {
+  absl::StatusOr<sdp::Service*> s = sdp::Service::Get();
+  if (s.ok()) return *s;
+  if (why_not != nullptr) *why_not = std::string(s.status().message());
+  return nullptr;
 }
 
 void WarnNonBlockingOnce() {
@@ -267,12 +266,13 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
       (dst.ss_family != AF_INET && dst.ss_family != AF_INET6) || InVforkChild()) {
     return real::connect(fd, use, len);  // the kernel's answer (EAFNOSUPPORT, EFAULT…)
   }
-  sdp::Service* verbs = Verbs();
+  std::string why_not;
+  sdp::Service* verbs = Verbs(&why_not);
   sockaddr_storage local = {};
   socklen_t llen = sizeof(local);
   const char* why_tcp = nullptr;
   if (verbs == nullptr) {
-    why_tcp = "no RDMA verbs on this host";
+    why_tcp = why_not.c_str();
   } else if (IsLoopback(dst)) {
     why_tcp = "a loopback destination";
   } else if (real::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) {

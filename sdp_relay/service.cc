@@ -873,6 +873,13 @@ bool HasRdmaDevice() {
 }  // namespace
 
 absl::StatusOr<Service*> Service::Get() {
+  // The process that first asked owns the service: its thread, its RDMA
+  // contexts and memory registrations are not a fork child's to use.
+  static const pid_t owner = sys::GetPid();
+  if (sys::GetPid() != owner) {
+    return absl::FailedPreconditionError(
+        "a fork child of the process that opened RDMA verbs (its relay thread is the parent's)");
+  }
   static const absl::StatusOr<Service*>* result = [] {
     absl::StatusOr<Service*> r;
     absl::StatusOr<const verbs::VerbsApi*> api;

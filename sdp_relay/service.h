@@ -34,7 +34,8 @@ namespace rds::sdp {
 class Service {
  public:
   // The process's service, or why SDP over verbs cannot run here (no RDMA
-  // device, rdma-core missing); decided once, said once at info level.
+  // device, rdma-core missing; decided once, said once at info level), or a
+  // fork child of the process that made it (SDP there runs over TCP).
   static absl::StatusOr<Service*> Get();
 
   // Whether `addr` (an address of this host; any-address counts when some

@@ -93,4 +93,28 @@ else
   echo "RESULT refused-nb $out"
   vm_barrier p3-done
 fi
+# 4. Java.
+JAVA="java -Xshare:auto -XX:TieredStopAtLevel=1 -Xmx128m -Djava.net.preferIPv4Stack=true"
+if [ ! -f "$BUILD/sdp-java/SdpEcho.class" ]; then
+  echo "RESULT java skipped"
+elif [ "$ROLE" = kernel ]; then
+  echo "bind $ME *" >/tmp/sdp-java.conf
+  $SHIM timeout 200 $JAVA -Dcom.sun.sdp.conf=/tmp/sdp-java.conf -cp "$BUILD/sdp-java" SdpEcho \
+    server "$ME" 5300 >/tmp/java-server.out 2>/tmp/java-server.err &
+  server=$!
+  wait_for /tmp/java-server.out ready 150
+  vm_barrier p4
+  wait "$server"
+  cat /tmp/java-server.out
+  grep -E "SDP|RDMA" /tmp/java-server.err | head -8
+  echo "RESULT java-server $(grep -c "^accepted /$PEER:.* at /$ME:5300" /tmp/java-server.out) $(grep -c 'accepted over RDMA verbs' /tmp/java-server.err)"
+else
+  echo "connect $PEER 5300" >/tmp/sdp-java.conf
+  vm_barrier p4
+  out=$($SHIM timeout 200 $JAVA -Dcom.sun.sdp.conf=/tmp/sdp-java.conf -cp "$BUILD/sdp-java" \
+        SdpEcho client "$PEER" 5300 2>/tmp/java-client.err)
+  echo "$out"
+  grep -E "SDP|RDMA|Exception" /tmp/java-client.err | head -8
+  echo "RESULT java-client $(echo "$out" | grep -c "^ok .* peer /$PEER:5300") $(grep -c 'connected to .* over RDMA verbs' /tmp/java-client.err)"
+fi
 exit 0

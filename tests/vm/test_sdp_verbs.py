@@ -4,19 +4,36 @@ RDS module, unmodified Python programs (tests/vm/sdp_echo.py) under the shim on 
 (tests/vm/sdp_verbs.sh): streams of 0 B to 1 MiB with an urgent byte, echoed with their SHA-256,
 over RDMA verbs, with the SDP connection's names on both sides, blocking and non-blocking
 connects; libsdp's "both" falling back to
-TCP for a server without the shim; an SDP socket refused where nobody serves SDP.
+TCP for a server without the shim; an SDP socket refused where nobody serves SDP; OpenJDK's
+own SDP support (a Socket and an NIO SocketChannel against a ServerSocket).
 
-Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~3 min (emulated CPU).
+Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~4 min (emulated CPU; the JVMs take most of it).
 """
 
 import os
 import re
+import shutil
+import subprocess
 
-from vmlib import HERE, Checks, run_guests
+from vmlib import HERE, Checks, build_dir, run_guests
+
+
+def compile_java():
+    """SdpEcho.java into BUILD_DIR/sdp-java (the guests run it), or False without a JDK."""
+    javac = shutil.which("javac")
+    if not javac:
+        print("no javac (apt-get install openjdk-17-jdk-headless): the Java phase is skipped")
+        return False
+    out = os.path.join(build_dir(), "sdp-java")
+    os.makedirs(out, exist_ok=True)
+    src = os.path.join(os.path.dirname(HERE), "integration", "SdpEcho.java")
+    subprocess.run([javac, "-d", out, src], check=True, timeout=120)
+    return True
 
 
 def main():
-    out = run_guests(os.path.join(HERE, "sdp_verbs.sh"), "vm1", 300)
+    have_java = compile_java()
+    out = run_guests(os.path.join(HERE, "sdp_verbs.sh"), "vm1", 420)
     results = dict(re.findall(r"RESULT (\S+) ?(.*)", out))
     checks = Checks("SDP over verbs")
     check = checks.check
@@ -43,6 +60,13 @@ def main():
           f"an SDP socket where nobody serves SDP: ECONNREFUSED: {results.get('refused')}")
     check(results.get("refused-nb") == "error ECONNREFUSED",
           f"... non-blocking, ECONNREFUSED from SO_ERROR: {results.get('refused-nb')}")
+    if have_java:
+        check(results.get("java-client") == "2 2",
+              f"OpenJDK's SDP (-Dcom.sun.sdp.conf): a Socket and an NIO SocketChannel echoed "
+              f"64 KiB each over RDMA verbs (echoes, verbs connects): {results.get('java-client')}")
+        check(results.get("java-server") == "2 2",
+              f"... its ServerSocket accepted both over RDMA verbs, with their SDP addresses: "
+              f"{results.get('java-server')}")
     checks.done()
 
 
