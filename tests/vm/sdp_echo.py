@@ -13,6 +13,9 @@
                                              as over TCP), half-closes, reads the echo;
                                              prints "ok ..." or "FAIL ..."
 
+  sdp_echo.py sleepy ADDR PORT                accepts one connection and never reads it
+  sdp_echo.py flood PEER PEER_PORT            writes to it until an error: prints the errno
+
 Sockets are socket(AF_INET, SOCK_STREAM, 257) (the sdp(7D) form) unless "tcp" is given (an
 ordinary TCP socket, for a peer without the shim or a socket converted by rules).
 """
@@ -21,6 +24,7 @@ import hashlib
 import select
 import socket
 import sys
+import time
 
 PROTO_SDP = 257
 
@@ -100,8 +104,39 @@ def client(addr, port, peer, peer_port, size, how):
     return verdict == "ok"
 
 
+def sleepy(addr, port):
+    """Accepts one connection and never reads it (until killed)."""
+    ls = make(False)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port))
+    ls.listen(1)
+    print("ready", flush=True)
+    c, _ = ls.accept()
+    print("accepted", flush=True)
+    time.sleep(300)
+
+
+def flood(peer, peer_port):
+    """Writes to a reader that never reads (until it dies): the error the writer gets."""
+    s = make(False)
+    s.connect((peer, peer_port))
+    block = b"x" * 65536
+    sent = 0
+    try:
+        while True:
+            sent += s.send(block)
+    except OSError as e:
+        print(f"error {errno.errorcode.get(e.errno, e.errno)} after {sent} bytes", flush=True)
+
+
 def main():
     a = sys.argv[1:]
+    if a[0] == "sleepy":
+        sleepy(a[1], int(a[2]))
+        return 0
+    if a[0] == "flood":
+        flood(a[1], int(a[2]))
+        return 0
     if a[0] == "server":
         server(a[1], int(a[2]), int(a[3]), a[4:] == ["tcp"])
         return 0

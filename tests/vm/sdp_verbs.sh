@@ -93,6 +93,26 @@ else
   echo "RESULT refused-nb $out"
   vm_barrier p3-done
 fi
+# 5. kill -9 of a reader that never reads.
+if [ "$ROLE" = kernel ]; then
+  $SHIM python3 "$HERE/sdp_echo.py" sleepy "$ME" 5400 >/tmp/sleepy.out 2>&1 &
+  sleepy=$!
+  wait_for /tmp/sleepy.out ready 60
+  vm_barrier p5
+  wait_for /tmp/sleepy.out accepted 60
+  sleep 4  # the writer fills the credits and both sockets' buffers, and blocks
+  kill -9 "$sleepy"
+  vm_barrier p5-done
+else
+  vm_barrier p5
+  start=$SECONDS
+  out=$($SHIM timeout 60 $SDP flood "$PEER" 5400 2>/tmp/flood.err)
+  echo "$out"
+  grep -E "SDP|RDMA" /tmp/flood.err | head -6
+  echo "RESULT killed-reader $(echo "$out" | grep -oE '^error E[A-Z]+') $((SECONDS - start))"
+  vm_barrier p5-done
+fi
+
 # 4. Java.
 JAVA="java -Xshare:auto -XX:TieredStopAtLevel=1 -Xmx128m -Djava.net.preferIPv4Stack=true"
 if [ ! -f "$BUILD/sdp-java/SdpEcho.class" ]; then

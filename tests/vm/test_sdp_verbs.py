@@ -5,7 +5,8 @@ RDS module, unmodified Python programs (tests/vm/sdp_echo.py) under the shim on 
 over RDMA verbs, with the SDP connection's names on both sides, blocking and non-blocking
 connects; libsdp's "both" falling back to
 TCP for a server without the shim; an SDP socket refused where nobody serves SDP; OpenJDK's
-own SDP support (a Socket and an NIO SocketChannel against a ServerSocket).
+own SDP support (a Socket and an NIO SocketChannel against a ServerSocket); a blocked writer
+whose reader is killed with kill -9.
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~4 min (emulated CPU; the JVMs take most of it).
 """
@@ -60,6 +61,10 @@ def main():
           f"an SDP socket where nobody serves SDP: ECONNREFUSED: {results.get('refused')}")
     check(results.get("refused-nb") == "error ECONNREFUSED",
           f"... non-blocking, ECONNREFUSED from SO_ERROR: {results.get('refused-nb')}")
+    killed = results.get("killed-reader", "").split()
+    check(len(killed) == 3 and killed[1] in ("ECONNRESET", "EPIPE") and int(killed[2]) < 50,
+          f"a reader that never reads, killed with kill -9: the blocked writer gets ECONNRESET "
+          f"or EPIPE (error, seconds): {results.get('killed-reader')}")
     if have_java:
         check(results.get("java-client") == "2 2",
               f"OpenJDK's SDP (-Dcom.sun.sdp.conf): a Socket and an NIO SocketChannel echoed "
