@@ -158,7 +158,8 @@ TEST(SdpConversationTest, TheUrgentByteEndsItsMessageWithBothFlags) {
   ASSERT_TRUE(h);
   EXPECT_EQ(n, 5u);
   EXPECT_EQ(h->flags, wire::kFlagOobPres | wire::kFlagOobPend);
-  absl::StatusOr<Conversation::Received> r = p.b.OnMessage(Message(*h, "abcd!"));
+  const Bytes urgent = Message(*h, "abcd!");  // (the payload is a view into it)
+  absl::StatusOr<Conversation::Received> r = p.b.OnMessage(urgent);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->urgent);
   EXPECT_TRUE(r->urgent_pending);
