@@ -23,6 +23,7 @@
 #include "preload/lifecycle.h"
 #include "preload/real.h"
 #include "conf/settings.h"
+#include "sdp/no_sdp_cache.h"
 #include "sdp/rules.h"
 #include "sdp/sockaddr.h"
 #include "sdp/sockopt.h"
@@ -32,8 +33,22 @@ namespace rds::preload::sdp_calls {
 namespace {
 
 // How long a connect waits for the SDP connection (address and route
-// resolution, the CM's request and its answer).
+// resolution, the CM's request and its answer); under libsdp's "both", where
+// TCP is there to fall back on, a short while (a peer with no SDP listener
+// refuses within a round trip; one that answers nothing would hold every
+// connect for the CM's retries).
 constexpr absl::Duration kConnectTimeout = absl::Seconds(20);
+constexpr absl::Duration kBothConnectTimeout = absl::Seconds(3);
+
+// Destinations found without SDP under "both": TCP at once for a minute.
+struct NoSdp {
+  rds::Mutex mu;
+  sdp::NoSdpCache cache ABSL_GUARDED_BY(mu){absl::Minutes(1), 1024};
+};
+NoSdp& NoSdpKnown() {
+  static auto* known = new NoSdp();  // never destroyed: calls may come during exit
+  return *known;
+}
 
 // The process's SDP over verbs, or null and why not (sdp_relay/service.h).
 sdp::Service* Verbs(std::string* why_not = nullptr) {
@@ -282,13 +297,29 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
   } else if ((real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) && s.tcp_fallback) {
     WarnNonBlockingOnce();
     why_tcp = "non-blocking, and libsdp's both";
+  } else if (s.tcp_fallback) {
+    NoSdp& known = NoSdpKnown();
+    rds::MutexLock lock(&known.mu);
+    if (known.cache.Known(Describe(dst), absl::Now())) {
+      why_tcp = "both, and no SDP was found there within the last minute";
+    }
   }
   if (why_tcp != nullptr) {
     log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(dst), why_tcp);
     return real::connect(fd, use, len);
   }
   if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) return ConnectNonBlocking(s, fd, *verbs, local, dst);
-  absl::StatusOr<sdp::Service::Outgoing> out = verbs->Connect(local, dst, kConnectTimeout);
+  absl::StatusOr<sdp::Service::Outgoing> out =
+      verbs->Connect(local, dst, s.tcp_fallback ? kBothConnectTimeout : kConnectTimeout);
+  if (s.tcp_fallback) {
+    NoSdp& known = NoSdpKnown();
+    rds::MutexLock lock(&known.mu);
+    if (out.ok()) {
+      known.cache.Forget(Describe(dst));
+    } else {
+      known.cache.Remember(Describe(dst), absl::Now());
+    }
+  }
   if (!out.ok()) {
     if (s.tcp_fallback) {
       log::Info("SDP fd %d: no SDP connection to %s (errno %d): over TCP (both)", fd,

@@ -4,10 +4,11 @@
   sdp_echo.py server ADDR PORT COUNT [tcp]   serves COUNT connections: reads each stream to its
                                              end, answers with the same bytes and its SHA-256,
                                              then closes; prints each peer and digest
-  sdp_echo.py client ADDR PORT PEER PEER_PORT SIZE [tcp] [nb|timeout]
+  sdp_echo.py client ADDR PORT PEER PEER_PORT SIZE [tcp] [nb|timeout] [again]
                                              (nb: a non-blocking connect waited for with
                                              select and SO_ERROR; timeout: CPython's
-                                             settimeout, non-blocking inside)
+                                             settimeout, non-blocking inside; again: a
+                                             second connection from the same process)
                                              sends SIZE patterned bytes (and one urgent byte
                                              in the middle, which the server's stream loses,
                                              as over TCP), half-closes, reads the echo;
@@ -140,7 +141,9 @@ def main():
     if a[0] == "server":
         server(a[1], int(a[2]), int(a[3]), a[4:] == ["tcp"])
         return 0
-    return 0 if client(a[1], int(a[2]), a[3], int(a[4]), int(a[5]), a[6:]) else 1
+    rounds = 2 if "again" in a[6:] else 1  # "again": a second connection from this process
+    ok = all([client(a[1], int(a[2]), a[3], int(a[4]), int(a[5]), a[6:]) for _ in range(rounds)])
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

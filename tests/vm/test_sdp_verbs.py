@@ -54,8 +54,9 @@ def main():
           f"{results.get('server-peers')}")
     check(results.get("server-verbs") == "5",
           f"the server accepted over RDMA verbs each time: {results.get('server-verbs')}")
-    check(results.get("both") == "ok 1",
-          f"'use both': no SDP at a server without the shim, so TCP, and the stream echoed: "
+    check(results.get("both") == "2 1 1",
+          f"'use both': no SDP at a server without the shim, so TCP, and the streams echoed; "
+          f"the second connect went to TCP at once (echoes, fallbacks, known): "
           f"{results.get('both')}")
     check(results.get("refused") == "error ECONNREFUSED",
           f"an SDP socket where nobody serves SDP: ECONNREFUSED: {results.get('refused')}")
