@@ -23,7 +23,6 @@
 #include "preload/lifecycle.h"
 #include "preload/real.h"
 #include "conf/settings.h"
-#include "sdp/no_sdp_cache.h"
 #include "sdp/rules.h"
 #include "sdp/sockaddr.h"
 #include "sdp/sockopt.h"
@@ -40,31 +39,12 @@ namespace {
 constexpr absl::Duration kConnectTimeout = absl::Seconds(20);
 constexpr absl::Duration kBothConnectTimeout = absl::Seconds(3);
 
-// Destinations found without SDP under "both": TCP at once for a minute.
-struct NoSdp {
-  rds::Mutex mu;
-  sdp::NoSdpCache cache ABSL_GUARDED_BY(mu){absl::Minutes(1), 1024};
-};
-NoSdp& NoSdpKnown() {
-  static auto* known = new NoSdp();  // never destroyed: calls may come during exit
-  return *known;
-}
-
 // The process's SDP over verbs, or null and why not (sdp_relay/service.h).
 sdp::Service* Verbs(std::string* why_not = nullptr) {
   absl::StatusOr<sdp::Service*> s = sdp::Service::Get();
   if (s.ok()) return *s;
   if (why_not != nullptr) *why_not = std::string(s.status().message());
   return nullptr;
-}
-
-void WarnNonBlockingOnce() {
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true)) {
-    log::Warn("a non-blocking connect of a socket converted with libsdp's \"both\" runs over "
-              "TCP: trying SDP first without blocking, then TCP on the same fd, is not built "
-              "yet (issue 18)");
-  }
 }
 
 bool IsLoopback(const sockaddr_storage& ss) {
@@ -208,8 +188,9 @@ namespace {
 // shows no POLLOUT until the relay, the connection up, drops the filler
 // (sdp_relay/service.h, Begin).
 int ConnectNonBlocking(sdp_fds::SdpFd& s, int fd, sdp::Service& verbs,
-                       const sockaddr_storage& local, const sockaddr_storage& dst) {
-  absl::StatusOr<sdp::Service::Begun> begun = verbs.Begin(local, dst);
+                       const sockaddr_storage& local, const sockaddr_storage& dst,
+                       bool tcp_fallback) {
+  absl::StatusOr<sdp::Service::Begun> begun = verbs.Begin(local, dst, tcp_fallback);
   if (!begun.ok()) return Fail<int>(ErrnoOf(begun.status()));
   const int smallest = 1;
   real::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &smallest, sizeof smallest);
@@ -242,8 +223,8 @@ int ConnectNonBlocking(sdp_fds::SdpFd& s, int fd, sdp::Service& verbs,
   }
   s.verbs.store(true);
   verbs.Join(begun->token, joined, filler, dup);
-  log::Info("SDP fd %d: connecting to %s over RDMA verbs (non-blocking; %zu bytes hold it)", fd,
-            Describe(dst), filler);
+  log::Info("SDP fd %d: connecting to %s over RDMA verbs (non-blocking; %zu bytes hold it%s)", fd,
+            Describe(dst), filler, tcp_fallback ? "; TCP if no SDP there" : "");
   return Fail<int>(EINPROGRESS);
 }
 
@@ -294,32 +275,19 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
     why_tcp = "its address is unknown";
   } else if (!verbs->OnRdmaDevice(local)) {
     why_tcp = "bound to an address on no RDMA device";
-  } else if ((real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) && s.tcp_fallback) {
-    WarnNonBlockingOnce();
-    why_tcp = "non-blocking, and libsdp's both";
-  } else if (s.tcp_fallback) {
-    NoSdp& known = NoSdpKnown();
-    rds::MutexLock lock(&known.mu);
-    if (known.cache.Known(Describe(dst), absl::Now())) {
-      why_tcp = "both, and no SDP was found there within the last minute";
-    }
+  } else if (s.tcp_fallback && verbs->NoSdpAt(dst)) {
+    why_tcp = "both, and no SDP was found there within the last minute";
   }
   if (why_tcp != nullptr) {
     log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(dst), why_tcp);
     return real::connect(fd, use, len);
   }
-  if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) return ConnectNonBlocking(s, fd, *verbs, local, dst);
+  if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) {
+    return ConnectNonBlocking(s, fd, *verbs, local, dst, s.tcp_fallback);
+  }
   absl::StatusOr<sdp::Service::Outgoing> out =
       verbs->Connect(local, dst, s.tcp_fallback ? kBothConnectTimeout : kConnectTimeout);
-  if (s.tcp_fallback) {
-    NoSdp& known = NoSdpKnown();
-    rds::MutexLock lock(&known.mu);
-    if (out.ok()) {
-      known.cache.Forget(Describe(dst));
-    } else {
-      known.cache.Remember(Describe(dst), absl::Now());
-    }
-  }
+  if (s.tcp_fallback) verbs->NoteSdpAt(dst, out.ok());
   if (!out.ok()) {
     if (s.tcp_fallback) {
       log::Info("SDP fd %d: no SDP connection to %s (errno %d): over TCP (both)", fd,

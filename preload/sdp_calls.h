@@ -7,9 +7,11 @@
 // (sdp_relay/service.h), a connect makes an SDP connection and joins the fd
 // to its relay over loopback (a non-blocking one through the gate: EINPROGRESS,
 // then POLLOUT or the error in SO_ERROR), and a listener is served over verbs
-// as well as TCP; elsewhere the socket runs over TCP, and so does a
-// non-blocking connect under libsdp's "both" (not built yet: a warning once).
-// connect() and listen() log which (info level).
+// as well as TCP; elsewhere the socket runs over TCP. Under libsdp's "both"
+// a connect that finds no SDP goes on over TCP (a blocking one on the fd
+// itself, a non-blocking one relayed by the relay thread), and the
+// destination goes to TCP at once for a minute. connect() and listen() log
+// which (info level).
 //
 // Thread-safety: safe for concurrent use.
 #ifndef RDS_PRELOAD_SDP_CALLS_H_

@@ -27,9 +27,11 @@
 #include "engine/log.h"
 #include "engine/sys.h"
 #include "sdp/conversation.h"
+#include "sdp/no_sdp_cache.h"
 #include "sdp/wire.h"
 #include "sdp_relay/relay.h"
 #include "sdp_relay/relay_loop.h"
+#include "sdp_relay/tcp_proxy.h"
 #include "sdp_relay/verbs_channel.h"
 #include "transports/verbs/verbs_api.h"
 
@@ -220,13 +222,13 @@ class VerbsService final : public Service {
     loop_->Post([this, token] { Destroy(token); });
   }
 
-  absl::StatusOr<Begun> Begin(const sockaddr_storage& local,
-                              const sockaddr_storage& peer) override {
+  absl::StatusOr<Begun> Begin(const sockaddr_storage& local, const sockaddr_storage& peer,
+                              bool tcp_fallback) override {
     Begun begun;
     begun.token = next_token_.fetch_add(1);
     begun.state = std::make_shared<ConnectState>();
     absl::Status s = OnLoop([&]() -> absl::Status {
-      StartConnect(begun.token, local, peer, nullptr, begun.state);
+      StartConnect(begun.token, local, peer, nullptr, begun.state, tcp_fallback);
       Conn* c = Token(begun.token);
       if (c == nullptr || c->gate < 0) return RdsError(ENOBUFS);  // (logged)
       begun.gate = c->gate_addr;
@@ -284,6 +286,20 @@ class VerbsService final : public Service {
     });
   }
 
+  bool NoSdpAt(const sockaddr_storage& peer) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return no_sdp_.Known(Key(peer), absl::Now());
+  }
+
+  void NoteSdpAt(const sockaddr_storage& peer, bool serves_sdp) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (serves_sdp) {
+      no_sdp_.Forget(Key(peer));
+    } else {
+      no_sdp_.Remember(Key(peer), absl::Now());
+    }
+  }
+
   std::optional<Names> Accepted(const sockaddr_storage& loopback_peer) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = accepted_.find(Key(loopback_peer));
@@ -318,6 +334,11 @@ class VerbsService final : public Service {
     int joined = -1;         // the application's connection, its filler not yet read
     size_t filler_left = 0;
     int app_dup = -1;
+    // "both": TCP to the peer where no SDP came, relayed as bytes.
+    bool tcp_fallback = false;
+    int fallback = -1;       // that TCP connection, while it connects or is relayed
+    bool fallback_up = false;
+    std::unique_ptr<TcpProxy> proxy;
     // Accepting side.
     sockaddr_storage listener{};
     std::string loopback_key;
@@ -341,13 +362,14 @@ class VerbsService final : public Service {
 
   void StartConnect(uint64_t token, const sockaddr_storage& local, const sockaddr_storage& peer,
                     const std::shared_ptr<ConnectWait>& wait,
-                    const std::shared_ptr<ConnectState>& state) {
+                    const std::shared_ptr<ConnectState>& state, bool tcp_fallback = false) {
     auto owned = std::make_unique<Conn>();
     Conn& c = *owned;
     c.token = token;
     c.outgoing = true;
     c.wait = wait;
     c.state = state;
+    c.tcp_fallback = tcp_fallback;
     c.peer = peer;
     c.local = local;
     c.app_family = local.ss_family == AF_INET6 ? AF_INET6 : AF_INET;
@@ -416,6 +438,7 @@ class VerbsService final : public Service {
     c.conv.emplace(*std::move(conv));
     c.ch->OnEstablished();
     log::Info("%s: connected over RDMA verbs from %s", c.name, Show(c.local));
+    if (c.tcp_fallback) NoteSdpAt(c.peer, true);
     if (c.state) {  // non-blocking: the gate exists; open it
       {
         std::lock_guard<std::mutex> lock(c.state->mu);
@@ -475,7 +498,7 @@ class VerbsService final : public Service {
   // the application's socket has joined, its filler is read and dropped
   // (its POLLOUT), the buffers raised, and the relay starts.
   void OpenGate(Conn& c) {
-    if (!c.conv || c.joined < 0) return;
+    if ((!c.conv && !c.fallback_up) || c.joined < 0) return;
     char sink[16384];
     while (c.filler_left > 0) {
       const ssize_t n = sys::Recv(c.joined, sink, std::min(sizeof sink, c.filler_left),
@@ -498,11 +521,103 @@ class VerbsService final : public Service {
     const int fd = c.joined;
     c.joined = -1;
     loop_->Remove(fd);
+    if (c.fallback_up) {
+      StartProxy(c, fd);
+      return;
+    }
     StartRelay(c, fd);
+  }
+
+  // "both", non-blocking, and no SDP: TCP to the peer from this thread (from
+  // the application socket's address if it is bound to one), relayed once up.
+  bool StartFallback(Conn& c) {
+    NoteSdpAt(c.peer, false);
+    // The CM side is done with.
+    if (c.id != nullptr) by_id_.erase(c.id);
+    if (c.ch) {
+      c.ch.reset();
+    } else if (c.id != nullptr) {
+      api_->cm.destroy_id(c.id);
+    }
+    c.id = nullptr;
+    c.conv.reset();
+    c.fallback = sys::Socket(c.peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c.fallback < 0) return false;
+    if (!IsAny(c.app_bound) && c.app_bound.ss_family == c.peer.ss_family) {
+      sockaddr_storage from = c.app_bound;
+      if (from.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in&>(from).sin_port = 0;
+      } else {
+        reinterpret_cast<sockaddr_in6&>(from).sin6_port = 0;
+      }
+      sys::Bind(c.fallback, reinterpret_cast<sockaddr*>(&from), LengthOf(from));
+    }
+    if (sys::Connect(c.fallback, reinterpret_cast<const sockaddr*>(&c.peer), LengthOf(c.peer)) !=
+            0 &&
+        errno != EINPROGRESS) {
+      const int err = errno;
+      sys::Close(c.fallback);
+      c.fallback = -1;
+      log::Info("%s: no SDP there, and TCP: %s", c.name, strerror(err));
+      c.tcp_fallback = false;  // FailConnect reports this error
+      FailConnect(c, Errno(err, "TCP connect"), err);
+      return true;
+    }
+    log::Info("%s: no SDP there: over TCP (both), relayed", c.name);
+    const uint64_t token = c.token;
+    loop_->Add(c.fallback, EPOLLOUT | EPOLLET, [this, token](uint32_t) { OnFallback(token); })
+        .IgnoreError();
+    return true;
+  }
+
+  void OnFallback(uint64_t token) {
+    Conn* c = Token(token);
+    if (c == nullptr || c->fallback_up) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    sys::Getsockopt(c->fallback, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == EINPROGRESS || err == EALREADY) return;
+    if (err != 0) {
+      c->tcp_fallback = false;
+      FailConnect(*c, Errno(err, "TCP connect"), err);
+      return;
+    }
+    c->fallback_up = true;
+    sockaddr_storage mine{};
+    socklen_t mlen = sizeof mine;
+    sys::Getsockname(c->fallback, reinterpret_cast<sockaddr*>(&mine), &mlen);
+    {
+      std::lock_guard<std::mutex> lock(c->state->mu);
+      c->state->phase = ConnectState::Phase::kUp;
+      c->state->local = mine;
+    }
+    OpenGate(*c);
+  }
+
+  void StartProxy(Conn& c, int app_side) {
+    loop_->Remove(c.fallback);
+    c.proxy = std::make_unique<TcpProxy>(app_side, c.fallback, c.name + " (TCP)");
+    c.fallback = -1;  // the proxy's now
+    const uint64_t token = c.token;
+    for (int side : {0, 1}) {
+      loop_->Add(c.proxy->fd(side), EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                 [this, token](uint32_t) {
+                   Conn* c = Token(token);
+                   if (c == nullptr || !c->proxy) return;
+                   c->proxy->OnEvent();
+                   if (c->proxy->done()) loop_->Post([this, token] { Destroy(token); });
+                 })
+          .IgnoreError();
+    }
+    c.proxy->OnEvent();
+    if (c.proxy->done()) loop_->Post([this, token] { Destroy(token); });
   }
 
   void FailConnect(Conn& c, const absl::Status& why, int err) {
     log::Info("%s: %s", c.name, why.message());
+    if (c.tcp_fallback && c.state && c.fallback < 0 && !c.fallback_up && StartFallback(c)) {
+      return;
+    }
     if (c.state) {
       std::lock_guard<std::mutex> lock(c.state->mu);
       if (c.state->phase == ConnectState::Phase::kPending) {
@@ -766,6 +881,16 @@ class VerbsService final : public Service {
       Reset(c->joined);
     }
     if (c->app_dup >= 0) sys::CloseInternal(c->app_dup);
+    if (c->fallback >= 0) {
+      loop_->Remove(c->fallback);
+      sys::Close(c->fallback);
+    }
+    if (c->proxy) {
+      for (int side : {0, 1}) {
+        if (c->proxy->fd(side) >= 0) loop_->Remove(c->proxy->fd(side));
+      }
+      c->proxy.reset();  // resets both sides if they had not ended
+    }
     if (c->local_fd >= 0) loop_->Remove(c->local_fd);
     c->relay.reset();  // resets the application's connection if it had not ended
     if (c->ch) {
@@ -859,6 +984,7 @@ class VerbsService final : public Service {
   std::mutex mu_;
   absl::flat_hash_map<std::string, bool> device_of_;               // guarded by mu_
   absl::flat_hash_map<std::string, Names> accepted_;              // guarded by mu_
+  NoSdpCache no_sdp_{absl::Minutes(1), 1024};                       // guarded by mu_
 };
 
 bool HasRdmaDevice() {

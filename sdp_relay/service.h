@@ -84,10 +84,18 @@ class Service {
     socklen_t gate_len = 0;
     std::shared_ptr<ConnectState> state;
   };
+  // `tcp_fallback` (libsdp's "both"): where no SDP connection comes, the
+  // relay connects TCP to `peer` itself and relays that (tcp_proxy.h); the
+  // state then says up, or the TCP connect's error.
   virtual absl::StatusOr<Begun> Begin(const sockaddr_storage& local,
-                                      const sockaddr_storage& peer) = 0;
+                                      const sockaddr_storage& peer, bool tcp_fallback) = 0;
   virtual void Join(uint64_t token, const sockaddr_storage& app_local, size_t filler,
                     int app_dup) = 0;
+
+  // Destinations (address and port) found without SDP under "both", for a
+  // minute (sdp/no_sdp_cache.h): their connects go to TCP at once.
+  virtual bool NoSdpAt(const sockaddr_storage& peer) = 0;
+  virtual void NoteSdpAt(const sockaddr_storage& peer, bool serves_sdp) = 0;
 
   // Serves SDP connections to the application's listener bound to `bound`
   // (an error: the address is on no RDMA device, or the CM's port is taken).

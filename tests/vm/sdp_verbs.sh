@@ -8,7 +8,8 @@
 #    side reports are the SDP connection's; then two non-blocking connects (select and
 #    SO_ERROR, as event loops do; CPython's settimeout);
 # 2. libsdp's "both": an ordinary TCP client converted by rules reaches a server without the shim
-#    (no SDP there): it falls back to TCP and works; its second connect goes to TCP at once;
+#    (no SDP there): it falls back to TCP and works; its second connect goes to TCP at once; a
+#    non-blocking one falls back too (the relay thread connects TCP and relays it);
 # 3. an SDP socket (no fallback) to a port nobody serves over SDP: ECONNREFUSED, as OFED's.
 # Prints "RESULT <phase> <verdict>" lines.
 # Usage: sdp_verbs.sh BUILD_DIR ROLE(kernel|shim) MY_ADDR PEER_ADDR
@@ -56,7 +57,7 @@ fi
 
 # 2. "both": the server has no shim; the client is an ordinary TCP program converted by rules.
 if [ "$ROLE" = kernel ]; then
-  timeout 100 $SDP server "$ME" 5100 2 tcp >/tmp/both-server.out 2>&1 &
+  timeout 100 $SDP server "$ME" 5100 3 tcp >/tmp/both-server.out 2>&1 &
   server=$!
   wait_for /tmp/both-server.out ready 60
   vm_barrier p2
@@ -72,6 +73,12 @@ else
   fell=$(grep -c "over TCP (both)" /tmp/both-client.err)
   known=$(grep -c "no SDP was found there within the last minute" /tmp/both-client.err)
   echo "RESULT both $(echo "$out" | grep -c '^ok ') $fell $known"
+  # Non-blocking: the relay thread falls back to TCP itself and relays it.
+  out=$($SHIM RDS_PRELOAD_SDP_CONFIG=/tmp/sdp.conf timeout 60 $SDP client - 0 "$PEER" 5100 \
+        100000 tcp nb 2>/tmp/both-nb.err)
+  echo "$out"
+  grep -E "SDP|RDMA" /tmp/both-nb.err | head -8
+  echo "RESULT both-nb $(echo "$out" | cut -d' ' -f1) $(grep -c 'over TCP (both), relayed' /tmp/both-nb.err)"
   vm_barrier p2-done
 fi
 

@@ -58,6 +58,9 @@ def main():
           f"'use both': no SDP at a server without the shim, so TCP, and the streams echoed; "
           f"the second connect went to TCP at once (echoes, fallbacks, known): "
           f"{results.get('both')}")
+    check(results.get("both-nb") == "ok 1",
+          f"'use both', non-blocking: no SDP there, so TCP connected and relayed by the relay "
+          f"thread, the stream echoed: {results.get('both-nb')}")
     check(results.get("refused") == "error ECONNREFUSED",
           f"an SDP socket where nobody serves SDP: ECONNREFUSED: {results.get('refused')}")
     check(results.get("refused-nb") == "error ECONNREFUSED",
