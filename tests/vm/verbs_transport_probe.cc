@@ -6,8 +6,9 @@
 //       data) and sends COUNT messages from port 4100 to PEER_PORT, sizes cycling through
 //       0 B .. 64 KiB around the 4 KiB fragment, where an echo server (rds_echo.py on a kernel
 //       node, or this probe's `serve` on a shim host) sends each back. Every echo must come back
-//       whole and in order and the peer must acknowledge (h_ack) the last message. Prints
-//       "ok N echoed, acked through S" or "FAIL ...".
+//       whole and in order and the peer must acknowledge (h_ack) the last message. A connect
+//       refused before it is up (a race with the node's own reconnect) is tried again, at most
+//       5 times. Prints "ok N echoed, acked through S" or "FAIL ...".
 //   verbs_transport_probe serve LOCAL_ADDR SECONDS
 //       Serves (the kernel's two listeners), accepts, and echoes every message back to its
 //       sender (numbered per connection), for SECONDS or until killed. Prints "listening", then
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,7 +76,10 @@ int Connect(rds::EventLoop& loop, rds::Transport& t, const rds::RdsAddr& local,
   size_t echoed = 0;
   uint64_t acked = 0;
   bool connected = false;
-  loop.Post([&] {
+  int attempts = 0;
+  std::function<void()> attempt;
+  attempt = [&] {
+    ++attempts;
     absl::StatusOr<std::shared_ptr<rds::NetNs>> ns = rds::NetNs::OfCurrentThread();
     if (!ns.ok()) Fail("no namespace");
     absl::StatusOr<std::shared_ptr<rds::Link>> made =
@@ -99,12 +104,24 @@ int Connect(rds::EventLoop& loop, rds::Transport& t, const rds::RdsAddr& local,
       ++echoed;
     };
     cb.on_transport_acked = [&](uint64_t seq) { acked = seq; };
-    cb.on_closed = [&](const absl::Status& why) { Fail("link closed: " + why.ToString()); };
+    cb.on_closed = [&](const absl::Status& why) {
+      // Refused before it was up: a race with the node's own reconnect (both sides of an RDS/IB
+      // connection reconnect after a drop, rds-ib.md §1.8) — tried again after a random
+      // while, as the engine does.
+      if (!connected && attempts < 5) {
+        std::printf("attempt %d: %s; again\n", attempts, why.ToString().c_str());
+        std::fflush(stdout);
+        loop.After(absl::Milliseconds(100 + std::rand() % 500), attempt);
+        return;
+      }
+      Fail("link closed: " + why.ToString());
+    };
     link->SetCallbacks(std::move(cb));
     for (size_t i = 0; i < count; ++i) {
       link->Send(Message(i + 1, kOurPort, peer_port, Payload(i, kSizes[i % std::size(kSizes)])));
     }
-  });
+  };
+  loop.Post([&] { attempt(); });
   std::function<void()> check;
   int waited_ms = 0;
   check = [&] {
