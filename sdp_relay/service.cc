@@ -987,15 +987,6 @@ class VerbsService final : public Service {
   NoSdpCache no_sdp_{absl::Minutes(1), 1024};                       // guarded by mu_
 };
 
-bool HasRdmaDevice() {
-  std::vector<std::string> names;  // (raw getdents: the shim interposes opendir)
-  if (!sys::ListDir("/sys/class/infiniband", &names)) return false;
-  for (const std::string& n : names) {
-    if (!n.empty() && n[0] != '.') return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 absl::StatusOr<Service*> Service::Get() {
@@ -1008,14 +999,10 @@ absl::StatusOr<Service*> Service::Get() {
   }
   static const absl::StatusOr<Service*>* result = [] {
     absl::StatusOr<Service*> r;
-    absl::StatusOr<const verbs::VerbsApi*> api;
+    absl::StatusOr<const verbs::VerbsApi*> api = verbs::UsableVerbs();
     absl::StatusOr<RelayLoop*> loop;
-    if (!HasRdmaDevice()) {
-      r = absl::FailedPreconditionError("no RDMA device on this host (/sys/class/infiniband)");
-    } else if (api = verbs::LoadVerbs(); !api.ok()) {
-      r = absl::FailedPreconditionError(api.status().message());
-    } else if (verbs::DeviceNames(**api).empty()) {
-      r = absl::FailedPreconditionError("rdma-core finds no RDMA device");
+    if (!api.ok()) {
+      r = api.status();
     } else if (loop = RelayLoop::Get(); !loop.ok()) {
       r = loop.status();
     } else {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sys.h"
 
 namespace rds::verbs {
 
@@ -111,6 +112,36 @@ std::vector<std::string> DeviceNames(const VerbsApi& api) {
   for (int k = 0; k < n; ++k) names.emplace_back(api.ibv.get_device_name(list[k]));
   api.ibv.free_device_list(list);
   return names;
+}
+
+namespace {
+
+bool HasRdmaDevice() {
+  std::vector<std::string> names;  // (raw getdents: the shim interposes opendir)
+  if (!sys::ListDir("/sys/class/infiniband", &names)) return false;
+  for (const std::string& n : names) {
+    if (!n.empty() && n[0] != '.') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<const VerbsApi*> UsableVerbs() {
+  static const absl::StatusOr<const VerbsApi*>* result = [] {
+    absl::StatusOr<const VerbsApi*> r;
+    if (!HasRdmaDevice()) {
+      r = absl::FailedPreconditionError("no RDMA device on this host (/sys/class/infiniband)");
+    } else if (absl::StatusOr<const VerbsApi*> api = LoadVerbs(); !api.ok()) {
+      r = absl::FailedPreconditionError(api.status().message());
+    } else if (DeviceNames(**api).empty()) {
+      r = absl::FailedPreconditionError("rdma-core finds no RDMA device");
+    } else {
+      r = *api;
+    }
+    return new absl::StatusOr<const VerbsApi*>(std::move(r));
+  }();
+  return *result;
 }
 
 }  // namespace rds::verbs

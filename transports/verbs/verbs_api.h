@@ -6,7 +6,7 @@
 // need no symbol. The headers come from the -dev packages at build time; no
 // library is linked.
 //
-// Thread-safety: LoadVerbs is safe from any thread; the table is immutable.
+// Thread-safety: LoadVerbs and UsableVerbs are safe from any thread; the table is immutable.
 #ifndef RDS_TRANSPORTS_VERBS_VERBS_API_H_
 #define RDS_TRANSPORTS_VERBS_VERBS_API_H_
 
@@ -79,6 +79,12 @@ absl::StatusOr<std::unique_ptr<VerbsApi>> OpenVerbs(const std::string& ibverbs_s
 // The names of the RDMA devices the verbs library finds (empty: none on this
 // host, e.g. no soft-RoCE link added).
 std::vector<std::string> DeviceNames(const VerbsApi& api);
+
+// The verbs of this host if RDMA can be used here, or why not (no device
+// under /sys/class/infiniband, a library or function missing, rdma-core
+// finding no device), in words fit for a log line. Decided once per process;
+// the callers (RDS over verbs, SDP) log the answer with their own subject.
+absl::StatusOr<const VerbsApi*> UsableVerbs();
 
 }  // namespace rds::verbs
 

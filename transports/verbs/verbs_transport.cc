@@ -47,32 +47,15 @@ constexpr absl::Duration kUnansweredGivesWay = absl::Milliseconds(500);
 constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
 constexpr int kRejectConsumerDefined = 28;  // the peer's own reject, with its value
 
-bool HasRdmaDevice() {
-  std::vector<std::string> names;  // (raw getdents: the shim interposes opendir)
-  if (!sys::ListDir("/sys/class/infiniband", &names)) return false;
-  for (const std::string& n : names) {
-    if (!n.empty() && n[0] != '.') return true;
-  }
-  return false;
-}
-
-// The API, or why not; decided once per process.
+// The API, or why not (logged once per process).
 absl::StatusOr<const VerbsApi*> Usable() {
-  static const absl::StatusOr<const VerbsApi*>* result = [] {
-    absl::StatusOr<const VerbsApi*> r;
-    if (!HasRdmaDevice()) {
-      r = absl::FailedPreconditionError("no RDMA device on this host (/sys/class/infiniband)");
-    } else if (absl::StatusOr<const VerbsApi*> api = LoadVerbs(); !api.ok()) {
-      r = absl::FailedPreconditionError(api.status().message());
-    } else if (DeviceNames(**api).empty()) {
-      r = absl::FailedPreconditionError("rdma-core finds no RDMA device");
-    } else {
-      r = *api;
-    }
+  static const bool logged = [] {
+    absl::StatusOr<const VerbsApi*> r = UsableVerbs();
     if (!r.ok()) log::Info("RDS over RDMA (verbs) unavailable: %s", r.status().message());
-    return new absl::StatusOr<const VerbsApi*>(std::move(r));
+    return true;
   }();
-  return *result;
+  (void)logged;
+  return UsableVerbs();
 }
 
 sockaddr_storage CmAddress(const RdsAddr& a, uint16_t port) {
