@@ -21,8 +21,6 @@ namespace {
 constexpr uint64_t kRecvTag = uint64_t{1} << 63;
 // One send in this many is signalled (and the one that fills the ring).
 constexpr uint32_t kSignalEvery = 16;
-// CQ events are acknowledged in batches (ibv_ack_cq_events takes a mutex).
-constexpr unsigned kCqEventAckBatch = 64;
 // How long a disconnect waits for what was sent to be delivered.
 constexpr absl::Duration kDisconnectWait = absl::Seconds(2);
 
@@ -90,7 +88,7 @@ VerbsChannel::~VerbsChannel() {
   if (disconnect_timer_ != 0) loop_.Cancel(disconnect_timer_);
   if (watching_) loop_.Remove(comp_->fd);
   if (qp_created_) api_.cm.destroy_qp(id_);
-  if (cq_ != nullptr && unacked_cq_events_ > 0) api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
+  cq_events_.AckRest(api_, cq_);
   if (rx_mr_ != nullptr) api_.ibv.dereg_mr(rx_mr_);
   if (tx_mr_ != nullptr) api_.ibv.dereg_mr(tx_mr_);
   if (cq_ != nullptr) api_.ibv.destroy_cq(cq_);
@@ -207,16 +205,8 @@ void VerbsChannel::Fail(const absl::Status& why) {
 }
 
 void VerbsChannel::OnCompletionChannel() {
-  ibv_cq* cq = nullptr;
-  void* ctx = nullptr;
-  while (api_.ibv.get_cq_event(comp_, &cq, &ctx) == 0) {
-    if (++unacked_cq_events_ >= kCqEventAckBatch) {
-      api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
-      unacked_cq_events_ = 0;
-    }
-  }
-  if (ibv_req_notify_cq(cq_, 0) != 0) {
-    Fail(absl::InternalError("cannot re-arm the CQ"));
+  if (absl::Status s = cq_events_.DrainAndRearm(api_, comp_, cq_); !s.ok()) {
+    Fail(s);
     return;
   }
   PollCompletions();

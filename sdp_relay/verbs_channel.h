@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "sdp_relay/channel.h"
 #include "sdp_relay/relay_loop.h"
+#include "transports/verbs/cq_events.h"
 #include "transports/verbs/protection_domain.h"
 #include "transports/verbs/verbs_api.h"
 
@@ -95,7 +96,7 @@ class VerbsChannel final : public MessageChannel {
   uint64_t sends_posted_ = 0;
   uint64_t sends_completed_ = 0;
   uint32_t unsignaled_ = 0;
-  unsigned unacked_cq_events_ = 0;
+  verbs::CqEvents cq_events_;
   bool established_ = false;
   bool disconnecting_ = false;  // Disconnect() called: no more sends
   absl::Time disconnect_deadline_;

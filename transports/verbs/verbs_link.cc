@@ -19,8 +19,6 @@ constexpr uint64_t kAckWrId = ~uint64_t{0};
 constexpr uint64_t kRecvWrTag = uint64_t{1} << 32;
 // The kernel signals every (max_unsignaled_wr + 1)-th send: 17th by default.
 constexpr int kSignalEvery = 17;
-// CQ events are acknowledged in batches (ibv_ack_cq_events takes a mutex).
-constexpr unsigned kCqEventAckBatch = 64;
 
 }  // namespace
 
@@ -101,8 +99,7 @@ void VerbsLink::Release() {
   watching_ = false;
   if (qp_created_) api_.cm.destroy_qp(id_);
   qp_created_ = false;
-  if (cq_ != nullptr && unacked_cq_events_ > 0) api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
-  unacked_cq_events_ = 0;
+  cq_events_.AckRest(api_, cq_);
   if (rx_mr_ != nullptr) api_.ibv.dereg_mr(rx_mr_);
   if (tx_mr_ != nullptr) api_.ibv.dereg_mr(tx_mr_);
   rx_mr_ = tx_mr_ = nullptr;
@@ -133,7 +130,7 @@ std::optional<Link::RdmaInfo> VerbsLink::rdma_info() const {
   r.posted_receives = static_cast<uint32_t>(posted_receives_);
   r.recv_completions = recv_completions_;
   r.send_completions = send_completions_;
-  r.cq_events = cq_events_;
+  r.cq_events = cq_events_.events_read();
   r.ack_frames = ack_frames_;
   return r;
 }
@@ -337,19 +334,8 @@ void VerbsLink::PostAckFrame() {
 void VerbsLink::OnCompletionChannel() {
   if (closed_) return;
   auto keep = shared_from_this();
-  ibv_cq* cq = nullptr;
-  void* ctx = nullptr;
-  while (api_.ibv.get_cq_event(channel_, &cq, &ctx) == 0) {
-    ++cq_events_;
-    if (++unacked_cq_events_ >= kCqEventAckBatch) {
-      api_.ibv.ack_cq_events(cq_, unacked_cq_events_);
-      unacked_cq_events_ = 0;
-    }
-  }
-  // Re-armed before polling: a completion that lands after the last poll
-  // raises a new event.
-  if (ibv_req_notify_cq(cq_, 0) != 0) {
-    Fail(absl::InternalError("cannot re-arm the CQ"));
+  if (absl::Status s = cq_events_.DrainAndRearm(api_, channel_, cq_); !s.ok()) {
+    Fail(s);
     return;
   }
   PollCompletions();

@@ -40,6 +40,7 @@
 #include "engine/event_loop.h"
 #include "transports/transport.h"
 #include "engine/rdma.h"
+#include "transports/verbs/cq_events.h"
 #include "transports/verbs/ib_ack.h"
 #include "transports/verbs/ib_wire.h"
 #include "transports/verbs/protection_domain.h"
@@ -139,8 +140,8 @@ class VerbsLink : public Link, public std::enable_shared_from_this<VerbsLink> {
   ibv_mr* rx_mr_ = nullptr;
   ibv_mr* tx_mr_ = nullptr;
   int posted_receives_ = 0;
-  unsigned unacked_cq_events_ = 0;
-  uint64_t recv_completions_ = 0, send_completions_ = 0, cq_events_ = 0, ack_frames_ = 0;
+  CqEvents cq_events_;
+  uint64_t recv_completions_ = 0, send_completions_ = 0, ack_frames_ = 0;
 
   // Send ring: slots are used and freed in order; a signalled completion
   // frees its slot and every earlier one.
