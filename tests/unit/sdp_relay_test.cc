@@ -21,10 +21,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/loopback_sockets.h"
 
 namespace rds::sdp {
 namespace {
 
+using testing_util::LoopbackPair;
+using testing_util::ReadSome;
 constexpr uint32_t kBufs = 8;
 constexpr uint32_t kBufSize = 1040;  // 1 KiB of data a message: many messages
 
@@ -76,23 +79,6 @@ class MemChannel : public MessageChannel {
   }
 };
 
-// A connected loopback TCP pair: [0] the application's, [1] the relay's.
-void LoopbackPair(int fds[2]) {
-  const int l = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(l, 1), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(connect(fds[0], reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  fds[1] = accept(l, nullptr, nullptr);
-  ASSERT_GE(fds[1], 0);
-  close(l);
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-}
 
 Conversation MakeConversation() {
   Conversation::Setup s;
@@ -137,21 +123,6 @@ class SdpRelayTest : public ::testing::Test {
       if (!relay_b_->done()) relay_b_->OnLocalReadable();
     }
     usleep(200);
-  }
-  // Reads what is there (non-blocking); false at EOF.
-  static std::string ReadSome(int fd, bool* eof = nullptr, int* err = nullptr) {
-    std::string got;
-    char buf[65536];
-    for (;;) {
-      const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n > 0) {
-        got.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      if (n == 0 && eof != nullptr) *eof = true;
-      if (n < 0 && errno != EAGAIN && err != nullptr) *err = errno;
-      return got;
-    }
   }
   static std::string Pattern(size_t n, int seed) {
     std::string s(n, '\0');

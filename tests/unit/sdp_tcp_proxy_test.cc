@@ -15,27 +15,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/unit/loopback_sockets.h"
 
 namespace rds::sdp {
 namespace {
 
-// A connected loopback TCP pair: [0] the outer end, [1] the proxy's.
-void LoopbackPair(int fds[2]) {
-  const int l = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(l, 1), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(connect(fds[0], reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  fds[1] = accept(l, nullptr, nullptr);
-  ASSERT_GE(fds[1], 0);
-  close(l);
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-}
+using testing_util::LoopbackPair;
+using testing_util::ReadSome;
 
 class SdpTcpProxyTest : public ::testing::Test {
  protected:
@@ -54,20 +40,6 @@ class SdpTcpProxyTest : public ::testing::Test {
   void Step() {
     proxy_->OnEvent();
     usleep(200);
-  }
-  static std::string ReadSome(int fd, bool* eof = nullptr, int* err = nullptr) {
-    std::string got;
-    char buf[65536];
-    for (;;) {
-      const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n > 0) {
-        got.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      if (n == 0 && eof != nullptr) *eof = true;
-      if (n < 0 && errno != EAGAIN && err != nullptr) *err = errno;
-      return got;
-    }
   }
 
   int app_ = -1, far_ = -1;
