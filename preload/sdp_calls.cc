@@ -423,6 +423,24 @@ int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, 
   return call.error != 0 ? Fail<int>(call.error) : 0;
 }
 
+namespace {
+
+// An int option's value to the caller as the kernel gives it: the length is
+// read (EINVAL if negative), at most an int written, the length written back.
+int CopyOutInt(int value, void* val, socklen_t* len) {
+  socklen_t have = 0;
+  if (absl::Status c = usercopy::FromUser(&have, len, sizeof(have)); !c.ok()) {
+    return Fail<int>(ErrnoOf(c));
+  }
+  if (static_cast<int>(have) < 0) return Fail<int>(EINVAL);
+  const socklen_t n = std::min<socklen_t>(have, sizeof(value));
+  if (absl::Status c = usercopy::ToUser(val, &value, n); !c.ok()) return Fail<int>(ErrnoOf(c));
+  if (absl::Status c = usercopy::ToUser(len, &n, sizeof(n)); !c.ok()) return Fail<int>(ErrnoOf(c));
+  return 0;
+}
+
+}  // namespace
+
 int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, socklen_t* len) {
   if (level == SOL_SOCKET && name == SO_ERROR) {
     // A non-blocking connect over verbs that failed: its error, once (the
@@ -442,16 +460,7 @@ int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, sockle
       int kernel = 0;
       socklen_t klen = sizeof(kernel);
       real::getsockopt(fd, SOL_SOCKET, SO_ERROR, &kernel, &klen);
-      socklen_t have = 0;
-      if (absl::Status c = usercopy::FromUser(&have, len, sizeof(have)); !c.ok()) {
-        return Fail<int>(ErrnoOf(c));
-      }
-      const socklen_t n = std::min<socklen_t>(have, sizeof(err));
-      if (absl::Status c = usercopy::ToUser(val, &err, n); !c.ok()) return Fail<int>(ErrnoOf(c));
-      if (absl::Status c = usercopy::ToUser(len, &n, sizeof(n)); !c.ok()) {
-        return Fail<int>(ErrnoOf(c));
-      }
-      return 0;
+      return CopyOutInt(err, val, len);
     }
   }
   int value = 0;
@@ -469,16 +478,7 @@ int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, sockle
       break;
   }
   if (call.error != 0) return Fail<int>(call.error);
-  // As the kernel's int options: the length is read, at most an int written.
-  socklen_t have = 0;
-  if (absl::Status c = usercopy::FromUser(&have, len, sizeof(have)); !c.ok()) {
-    return Fail<int>(ErrnoOf(c));
-  }
-  if (static_cast<int>(have) < 0) return Fail<int>(EINVAL);
-  const socklen_t n = std::min<socklen_t>(have, sizeof(value));
-  if (absl::Status c = usercopy::ToUser(val, &value, n); !c.ok()) return Fail<int>(ErrnoOf(c));
-  if (absl::Status c = usercopy::ToUser(len, &n, sizeof(n)); !c.ok()) return Fail<int>(ErrnoOf(c));
-  return 0;
+  return CopyOutInt(value, val, len);
 }
 
 }  // namespace rds::preload::sdp_calls

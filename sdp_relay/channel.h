@@ -21,9 +21,10 @@ class MessageChannel {
   virtual ~MessageChannel() = default;
   // Room in the send ring for one more message.
   virtual bool CanSend() const = 0;
-  // Posts one whole message (its BSDH first); only when CanSend(). Urgent
-  // messages go solicited (the peer's completion wakes it at once).
-  virtual void Send(absl::Span<const uint8_t> message, bool urgent) = 0;
+  // Posts one whole message (its BSDH first); only when CanSend(). Every
+  // message wakes the peer at once (the relay writes each on immediately;
+  // urgent data needs nothing more).
+  virtual void Send(absl::Span<const uint8_t> message) = 0;
   // The receive buffer that held message `id` (as given to the relay) is
   // free: post it again. Not called once the channel has closed.
   virtual void Repost(uint64_t id) = 0;

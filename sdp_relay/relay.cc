@@ -92,7 +92,7 @@ void Relay::Pump() {
   ReadAndSend();
   if (local_ < 0) return;
   if (!channel_closed_ && channel_->CanSend()) {
-    if (std::optional<wire::Bsdh> h = conv_.NextCreditUpdate()) SendMessage(*h, {}, false);
+    if (std::optional<wire::Bsdh> h = conv_.NextCreditUpdate()) SendMessage(*h, 0);
   }
   if (conv_.closed() && pending_.empty() && local_shut_) {
     log::Debug("%s: closed in order", name_);
@@ -146,8 +146,7 @@ void Relay::ReadAndSend() {
       std::optional<wire::Bsdh> h = conv_.NextData(
           static_cast<size_t>(n), at_mark ? std::optional<size_t>(0) : std::nullopt, &payload);
       // can_send_data() held and n <= max_payload(): all of it goes.
-      SendMessage(*h, absl::MakeConstSpan(send_buf_.data() + wire::kBsdhSize, payload),
-                  at_mark != 0);
+      SendMessage(*h, payload);
       continue;
     }
     if (n == 0) {
@@ -164,26 +163,21 @@ void Relay::ReadAndSend() {
   if (local_eof_ && !conv_.sent_disconn() && !channel_closed_ && channel_->CanSend()) {
     if (std::optional<wire::Bsdh> h = conv_.NextDisConn()) {
       log::Debug("%s: our DisConn (MSeq %u)", name_, h->mseq);
-      SendMessage(*h, {}, false);
+      SendMessage(*h, 0);
     }
   }
 }
 
-void Relay::SendMessage(const wire::Bsdh& h, absl::Span<const uint8_t> payload, bool urgent) {
-  // Data is read into send_buf_ behind the header's room; control messages
-  // are the header alone.
+void Relay::SendMessage(const wire::Bsdh& h, size_t payload_size) {
   wire::EncodeBsdh(h, send_buf_.data());
-  if (!payload.empty() && payload.data() != send_buf_.data() + wire::kBsdhSize) {
-    std::memcpy(send_buf_.data() + wire::kBsdhSize, payload.data(), payload.size());
-  }
-  channel_->Send(absl::MakeConstSpan(send_buf_.data(), wire::kBsdhSize + payload.size()), urgent);
+  channel_->Send(absl::MakeConstSpan(send_buf_.data(), wire::kBsdhSize + payload_size));
 }
 
 void Relay::Abort(const absl::Status& why, bool tell_peer) {
   if (error_.ok()) error_ = why;
   log::Info("%s: reset: %s", name_, why.message());
   std::optional<wire::Bsdh> h = conv_.NextAbortConn();
-  if (tell_peer && h && !channel_closed_ && channel_->CanSend()) SendMessage(*h, {}, false);
+  if (tell_peer && h && !channel_closed_ && channel_->CanSend()) SendMessage(*h, 0);
   for (const Pending& p : pending_) {
     if (!channel_closed_) channel_->Repost(p.id);
   }

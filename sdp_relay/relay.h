@@ -78,7 +78,10 @@ class Relay {
   bool Flush();
   // Reads and sends what credits and the send ring allow; false when done.
   void ReadAndSend();
-  void SendMessage(const wire::Bsdh& h, absl::Span<const uint8_t> payload, bool urgent);
+  // Sends `h` and the first `payload_size` bytes after the header's room in
+  // send_buf_ (where data is read from the application; control messages
+  // have none).
+  void SendMessage(const wire::Bsdh& h, size_t payload_size);
   // Ends the connection abortively, for `why`.
   void Abort(const absl::Status& why, bool tell_peer);
   void CloseLocal(bool reset);

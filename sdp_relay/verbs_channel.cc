@@ -113,7 +113,7 @@ bool VerbsChannel::CanSend() const {
   return !closed_ && !disconnecting_ && sends_posted_ - sends_completed_ < sizes_.send_slots;
 }
 
-void VerbsChannel::Send(absl::Span<const uint8_t> message, bool urgent) {
+void VerbsChannel::Send(absl::Span<const uint8_t> message) {
   if (!CanSend()) return;
   if (message.size() > sizes_.send_slot_size) {
     Fail(absl::InternalError("a message larger than a send slot"));
@@ -139,7 +139,6 @@ void VerbsChannel::Send(absl::Span<const uint8_t> message, bool urgent) {
     wr.send_flags |= IBV_SEND_SIGNALED;
     unsignaled_ = 0;
   }
-  (void)urgent;  // every message is solicited already
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
     Fail(absl::UnavailableError(absl::StrCat("ibv_post_send: ", strerror(errno))));
     return;

@@ -61,7 +61,7 @@ class VerbsChannel final : public MessageChannel {
 
   // MessageChannel.
   bool CanSend() const override;
-  void Send(absl::Span<const uint8_t> message, bool urgent) override;
+  void Send(absl::Span<const uint8_t> message) override;
   void Repost(uint64_t id) override;
   void Disconnect() override;
 
