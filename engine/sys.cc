@@ -311,6 +311,8 @@ int CloseInternal(int fd) {
   return Close(fd);
 }
 
+void ForgetInternal(int fd) { SetBit(fd, false); }
+
 bool IsInternal(int fd) {
   if (fd < 0 || fd >= kMaxTracked) return false;
   return (internal_bits[fd >> 6].load(std::memory_order_acquire) >> (fd & 63)) & 1;

@@ -109,6 +109,9 @@ uint64_t RandomU64();
 int MakeInternal(int fd);
 // Closes an internal fd and forgets it.
 int CloseInternal(int fd);
+// Forgets an internal fd without closing it: for an fd that a library closes
+// itself (rdma-core's channels), whose close() would otherwise be refused.
+void ForgetInternal(int fd);
 // True if `fd` is one of the shim's own fds.
 bool IsInternal(int fd);
 // Calls fn(fd) for every internal fd, in ascending order.

@@ -191,7 +191,7 @@ void Relay::CloseLocal(bool reset) {
     const struct linger abortive = {1, 0};  // close sends a RST: the application's ECONNRESET
     sys::Setsockopt(local_, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
   }
-  sys::Close(local_);
+  sys::CloseInternal(local_);
   local_ = -1;
 }
 

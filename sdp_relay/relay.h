@@ -40,8 +40,9 @@ namespace rds::sdp {
 
 class Relay {
  public:
-  // `local` (owned; made non-blocking and SO_OOBINLINE here) is the relay's
-  // end of the application's connection; `channel` outlives the relay.
+  // `local` (owned, closed as an internal fd — engine/sys.h; made
+  // non-blocking and SO_OOBINLINE here) is the relay's end of the
+  // application's connection; `channel` outlives the relay.
   Relay(int local, Conversation conversation, MessageChannel* channel, std::string name);
   ~Relay();
   Relay(const Relay&) = delete;

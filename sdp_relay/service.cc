@@ -33,6 +33,7 @@
 #include "sdp_relay/relay_loop.h"
 #include "sdp_relay/tcp_proxy.h"
 #include "sdp_relay/verbs_channel.h"
+#include "transports/verbs/internal_fds.h"
 #include "transports/verbs/verbs_api.h"
 
 namespace rds::sdp {
@@ -159,12 +160,9 @@ class VerbsService final : public Service {
 
   absl::Status Init() {
     return OnLoop([this]() -> absl::Status {
-      cm_ = api_->cm.create_event_channel();
-      if (cm_ == nullptr) return Errno(errno, "rdma_create_event_channel");
-      const int flags = sys::Fcntl(cm_->fd, F_GETFL, 0);
-      if (flags < 0 || sys::Fcntl(cm_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-        return absl::InternalError("cannot make the RDMA CM channel non-blocking");
-      }
+      absl::StatusOr<rdma_event_channel*> cm = verbs::CreateEventChannel(*api_);
+      if (!cm.ok()) return cm.status();
+      cm_ = *cm;
       return loop_->Add(cm_->fd, EPOLLIN, [this](uint32_t) { OnCmEvents(); });
     });
   }
@@ -440,12 +438,15 @@ class VerbsService final : public Service {
     log::Info("%s: connected over RDMA verbs from %s", c.name, Show(c.local));
     if (c.tcp_fallback) NoteSdpAt(c.peer, true);
     if (c.state) {  // non-blocking: the gate exists; open it
+      std::function<void()> tell;
       {
         std::lock_guard<std::mutex> lock(c.state->mu);
         c.state->phase = ConnectState::Phase::kUp;
         c.state->local = c.local;
+        tell = c.state->on_change;
       }
       OpenGate(c);
+      if (tell) tell();
       return;
     }
     if (!MakeGate(c, /*hold=*/false)) return;
@@ -541,7 +542,8 @@ class VerbsService final : public Service {
     }
     c.id = nullptr;
     c.conv.reset();
-    c.fallback = sys::Socket(c.peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    c.fallback =
+        sys::MakeInternal(sys::Socket(c.peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (c.fallback < 0) return false;
     if (!IsAny(c.app_bound) && c.app_bound.ss_family == c.peer.ss_family) {
       sockaddr_storage from = c.app_bound;
@@ -556,7 +558,7 @@ class VerbsService final : public Service {
             0 &&
         errno != EINPROGRESS) {
       const int err = errno;
-      sys::Close(c.fallback);
+      sys::CloseInternal(c.fallback);
       c.fallback = -1;
       log::Info("%s: no SDP there, and TCP: %s", c.name, strerror(err));
       c.tcp_fallback = false;  // FailConnect reports this error
@@ -586,12 +588,16 @@ class VerbsService final : public Service {
     sockaddr_storage mine{};
     socklen_t mlen = sizeof mine;
     sys::Getsockname(c->fallback, reinterpret_cast<sockaddr*>(&mine), &mlen);
+    std::function<void()> tell;
     {
       std::lock_guard<std::mutex> lock(c->state->mu);
       c->state->phase = ConnectState::Phase::kUp;
       c->state->local = mine;
+      c->state->over_tcp = true;
+      tell = c->state->on_change;
     }
     OpenGate(*c);
+    if (tell) tell();
   }
 
   void StartProxy(Conn& c, int app_side) {
@@ -619,11 +625,16 @@ class VerbsService final : public Service {
       return;
     }
     if (c.state) {
-      std::lock_guard<std::mutex> lock(c.state->mu);
-      if (c.state->phase == ConnectState::Phase::kPending) {
-        c.state->phase = ConnectState::Phase::kFailed;
-        c.state->error = err;
+      std::function<void()> tell;
+      {
+        std::lock_guard<std::mutex> lock(c.state->mu);
+        if (c.state->phase == ConnectState::Phase::kPending) {
+          c.state->phase = ConnectState::Phase::kFailed;
+          c.state->error = err;
+          tell = c.state->on_change;
+        }
       }
+      if (tell) tell();
     }
     if (c.wait) {
       std::lock_guard<std::mutex> lock(c.wait->mu);
@@ -642,7 +653,8 @@ class VerbsService final : public Service {
     if (it == conns_.end()) return;
     Conn& c = *it->second;
     for (;;) {
-      const int fd = sys::Accept4(c.gate, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      const int fd =
+          sys::MakeInternal(sys::Accept4(c.gate, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (fd < 0) break;
       if (c.parked.size() >= kMaxParked) {
         Reset(fd);
@@ -685,7 +697,7 @@ class VerbsService final : public Service {
   static void Reset(int fd) {
     const struct linger abortive = {1, 0};
     sys::Setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
-    sys::Close(fd);
+    sys::CloseInternal(fd);
   }
 
   // --- the accepting side ---
@@ -749,7 +761,8 @@ class VerbsService final : public Service {
     if (IsAny(target)) target = Loopback(target.ss_family, PortOf(target));
     // Its names are known before it connects: the application's accept()
     // may run (and ask) before this thread is back from connect().
-    const int fd = sys::Socket(target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const int fd =
+        sys::MakeInternal(sys::Socket(target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     sockaddr_storage mine = target;
     if (mine.ss_family == AF_INET) {
       reinterpret_cast<sockaddr_in&>(mine).sin_port = 0;
@@ -770,7 +783,7 @@ class VerbsService final : public Service {
          errno != EINPROGRESS)) {
       log::Info("%s: cannot reach the application's listener %s: %s", c.name, Show(target),
                 strerror(errno));
-      if (fd >= 0) sys::Close(fd);
+      if (fd >= 0) sys::CloseInternal(fd);
       c.ch->Disconnect();
       const uint64_t token = c.token;
       loop_->Post([this, token] { Destroy(token); });
@@ -883,7 +896,7 @@ class VerbsService final : public Service {
     if (c->app_dup >= 0) sys::CloseInternal(c->app_dup);
     if (c->fallback >= 0) {
       loop_->Remove(c->fallback);
-      sys::Close(c->fallback);
+      sys::CloseInternal(c->fallback);
     }
     if (c->proxy) {
       for (int side : {0, 1}) {

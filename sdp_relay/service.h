@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,10 @@ class Service {
     Phase phase = Phase::kPending;  // guarded by mu
     int error = 0;                  // kFailed: the errno a TCP connect would give
     sockaddr_storage local{};       // kUp: the SDP connection's own address
+    bool over_tcp = false;          // kUp: "both" found no SDP; TCP relayed
+    // Called on the relay thread after each change of phase, outside mu
+    // (set under mu; a caller that sets it late reads the phase itself).
+    std::function<void()> on_change;  // guarded by mu
   };
   struct Begun {
     uint64_t token = 0;

@@ -45,7 +45,7 @@ void TcpProxy::OnEvent() {
   if (flow_[0].shut && flow_[1].shut) {
     log::Debug("%s: closed in order", name_);
     for (int& fd : fd_) {
-      sys::Close(fd);
+      sys::CloseInternal(fd);
       fd = -1;
     }
   }
@@ -101,7 +101,7 @@ void TcpProxy::Reset() {
   for (int& fd : fd_) {
     if (fd < 0) continue;
     sys::Setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
-    sys::Close(fd);
+    sys::CloseInternal(fd);
     fd = -1;
   }
 }

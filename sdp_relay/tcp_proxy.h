@@ -25,7 +25,8 @@ namespace rds::sdp {
 
 class TcpProxy {
  public:
-  // Both fds owned (made non-blocking and SO_OOBINLINE here).
+  // Both fds owned (closed as internal fds — engine/sys.h; made non-blocking
+  // and SO_OOBINLINE here).
   TcpProxy(int a, int b, std::string name);
   ~TcpProxy();
   TcpProxy(const TcpProxy&) = delete;

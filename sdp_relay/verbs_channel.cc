@@ -12,6 +12,7 @@
 #include "engine/log.h"
 #include "engine/sys.h"
 #include "sdp/wire.h"
+#include "transports/verbs/internal_fds.h"
 
 namespace rds::sdp {
 namespace {
@@ -45,16 +46,12 @@ absl::Status VerbsChannel::Attach() {
   absl::StatusOr<verbs::SharedPd> pd = verbs::ProtectionDomainFor(api_, id_->verbs);
   if (!pd.ok()) return pd.status();
   pd_ = *std::move(pd);
-  comp_ = api_.ibv.create_comp_channel(id_->verbs);
-  cq_ = comp_ ? api_.ibv.create_cq(id_->verbs,
-                                   static_cast<int>(sizes_.recv_bufs + sizes_.send_slots), this,
-                                   comp_, 0)
-              : nullptr;
+  absl::StatusOr<ibv_comp_channel*> comp = verbs::CreateCompChannel(api_, id_->verbs);
+  if (!comp.ok()) return comp.status();
+  comp_ = *comp;
+  cq_ = api_.ibv.create_cq(id_->verbs, static_cast<int>(sizes_.recv_bufs + sizes_.send_slots),
+                           this, comp_, 0);
   if (cq_ == nullptr) return absl::ResourceExhaustedError("cannot allocate a CQ");
-  const int flags = sys::Fcntl(comp_->fd, F_GETFL, 0);
-  if (flags < 0 || sys::Fcntl(comp_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    return absl::InternalError("cannot make the completion channel non-blocking");
-  }
   ibv_qp_init_attr qa{};
   qa.send_cq = qa.recv_cq = cq_;
   qa.qp_type = IBV_QPT_RC;
@@ -92,7 +89,7 @@ VerbsChannel::~VerbsChannel() {
   if (rx_mr_ != nullptr) api_.ibv.dereg_mr(rx_mr_);
   if (tx_mr_ != nullptr) api_.ibv.dereg_mr(tx_mr_);
   if (cq_ != nullptr) api_.ibv.destroy_cq(cq_);
-  if (comp_ != nullptr) api_.ibv.destroy_comp_channel(comp_);
+  verbs::DestroyCompChannel(api_, comp_);
   pd_.reset();
   // Its events were all acknowledged before they were acted on (the service
   // copies them first): rdma_destroy_id does not wait.

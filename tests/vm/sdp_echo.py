@@ -8,7 +8,9 @@
                                              (nb: a non-blocking connect waited for with
                                              select and SO_ERROR; timeout: CPython's
                                              settimeout, non-blocking inside; again: a
-                                             second connection from the same process)
+                                             second connection from the same process;
+                                             closerange: os.closerange over every fd above
+                                             the socket's once connected, as daemons do)
                                              sends SIZE patterned bytes (and one urgent byte
                                              in the middle, which the server's stream loses,
                                              as over TCP), half-closes, reads the echo;
@@ -22,6 +24,7 @@ ordinary TCP socket, for a peer without the shim or a socket converted by rules)
 """
 import errno
 import hashlib
+import os
 import select
 import socket
 import sys
@@ -88,6 +91,8 @@ def client(addr, port, peer, peer_port, size, how):
     except OSError as e:
         print(f"error {errno.errorcode.get(e.errno, e.errno)}", flush=True)
         return False
+    if "closerange" in how:  # the shim's own fds (the relay's) are not the program's to close
+        os.closerange(s.fileno() + 1, 1 << 20)
     name, got_peer = s.getsockname(), s.getpeername()
     data = pattern(size)
     half = size // 2

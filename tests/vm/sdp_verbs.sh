@@ -26,7 +26,7 @@ vm_barrier ready
 
 # 1. Over verbs, both under the shim.
 if [ "$ROLE" = kernel ]; then
-  $SHIM timeout 200 $SDP server "$ME" 5000 5 >/tmp/verbs-server.out 2>/tmp/verbs-server.err &
+  $SHIM timeout 200 $SDP server "$ME" 5000 6 >/tmp/verbs-server.out 2>/tmp/verbs-server.err &
   server=$!
   wait_for /tmp/verbs-server.out ready 60
   vm_barrier p1
@@ -43,8 +43,8 @@ else
   for size in $SIZES; do
     $SHIM timeout 60 $SDP client "$ME" 0 "$PEER" 5000 "$size" 2>>/tmp/verbs-client.err
   done >/tmp/verbs-client.out
-  for how in nb timeout; do
-    $SHIM timeout 60 $SDP client - 0 "$PEER" 5000 200000 "$how" 2>>/tmp/nb-client.err
+  for how in nb timeout "nb closerange"; do
+    $SHIM timeout 60 $SDP client - 0 "$PEER" 5000 200000 $how 2>>/tmp/nb-client.err
   done >/tmp/nb-client.out
   cat /tmp/verbs-client.out /tmp/nb-client.out
   grep -E "SDP|RDMA" /tmp/verbs-client.err /tmp/nb-client.err | head -16

@@ -71,6 +71,8 @@ absl::StatusOr<std::unique_ptr<VerbsApi>> OpenVerbs(const std::string& ibverbs_s
   RDS_RESOLVE(ibv, i, ibv, ack_cq_events, "ibv_ack_cq_events");
   RDS_RESOLVE(ibv, i, ibv, wc_status_str, "ibv_wc_status_str");
   RDS_RESOLVE(cm, c, cm, create_event_channel, "rdma_create_event_channel");
+  RDS_RESOLVE(cm, c, cm, get_devices, "rdma_get_devices");
+  RDS_RESOLVE(cm, c, cm, free_devices, "rdma_free_devices");
   RDS_RESOLVE(cm, c, cm, destroy_event_channel, "rdma_destroy_event_channel");
   RDS_RESOLVE(cm, c, cm, create_id, "rdma_create_id");
   RDS_RESOLVE(cm, c, cm, destroy_id, "rdma_destroy_id");

@@ -63,6 +63,8 @@ struct VerbsApi {
     decltype(&::rdma_ack_cm_event) ack_cm_event;
     decltype(&::rdma_event_str) event_str;
     decltype(&::rdma_set_option) set_option;
+    decltype(&::rdma_get_devices) get_devices;
+    decltype(&::rdma_free_devices) free_devices;
   } cm{};
 };
 

@@ -8,6 +8,7 @@
 #include "engine/log.h"
 #include "engine/stats.h"
 #include "engine/sys.h"
+#include "transports/verbs/internal_fds.h"
 
 namespace rds::verbs {
 
@@ -54,15 +55,12 @@ absl::Status VerbsLink::Attach() {
   absl::StatusOr<SharedPd> pd = ProtectionDomainFor(api_, id_->verbs);
   if (!pd.ok()) return pd.status();
   pd_ = *std::move(pd);
-  channel_ = api_.ibv.create_comp_channel(id_->verbs);
-  cq_ = channel_ ? api_.ibv.create_cq(id_->verbs, sizes_.recv_slots + sizes_.send_slots + 1,
-                                      this, channel_, 0)
-                 : nullptr;
-  if (cq_ == nullptr) return absl::ResourceExhaustedError("cannot allocate a channel or CQ");
-  const int flags = sys::Fcntl(channel_->fd, F_GETFL, 0);
-  if (flags < 0 || sys::Fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    return absl::InternalError("cannot make the completion channel non-blocking");
-  }
+  absl::StatusOr<ibv_comp_channel*> channel = CreateCompChannel(api_, id_->verbs);
+  if (!channel.ok()) return channel.status();
+  channel_ = *channel;
+  cq_ = api_.ibv.create_cq(id_->verbs, sizes_.recv_slots + sizes_.send_slots + 1, this, channel_,
+                           0);
+  if (cq_ == nullptr) return absl::ResourceExhaustedError("cannot allocate a CQ");
   ibv_qp_init_attr qa{};
   qa.send_cq = qa.recv_cq = cq_;
   qa.qp_type = IBV_QPT_RC;
@@ -105,7 +103,7 @@ void VerbsLink::Release() {
   rx_mr_ = tx_mr_ = nullptr;
   if (cq_ != nullptr) api_.ibv.destroy_cq(cq_);
   cq_ = nullptr;
-  if (channel_ != nullptr) api_.ibv.destroy_comp_channel(channel_);
+  DestroyCompChannel(api_, channel_);
   channel_ = nullptr;
   pd_.reset();  // the device's domain, freed with its last holder
   // No event of the id may be unacknowledged here (rdma_destroy_id waits for

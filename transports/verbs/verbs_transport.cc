@@ -18,6 +18,7 @@
 #include "engine/stats.h"
 #include "engine/sync.h"
 #include "engine/sys.h"
+#include "transports/verbs/internal_fds.h"
 #include "transports/verbs/ib_wire.h"
 #include "transports/verbs/protection_domain.h"
 #include "transports/verbs/verbs_api.h"
@@ -278,15 +279,9 @@ class VerbsTransport final : public Transport {
     absl::StatusOr<const VerbsApi*> usable = Usable();
     if (!usable.ok()) return usable.status();
     api_ = *usable;
-    channel_ = api_->cm.create_event_channel();
-    if (channel_ == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("rdma_create_event_channel: ", strerror(errno)));
-    }
-    const int flags = sys::Fcntl(channel_->fd, F_GETFL, 0);
-    if (flags < 0 || sys::Fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-      return absl::InternalError("cannot make the RDMA CM channel non-blocking");
-    }
+    absl::StatusOr<rdma_event_channel*> channel = CreateEventChannel(*api_);
+    if (!channel.ok()) return channel.status();
+    channel_ = *channel;
     ctx_.loop->Add(channel_->fd, EPOLLIN, [this](uint32_t) { OnCmEvents(); });
     return absl::OkStatus();
   }
@@ -582,7 +577,7 @@ class VerbsTransport final : public Transport {
     listeners_.clear();
     if (channel_ != nullptr) {
       ctx_.loop->Remove(channel_->fd);
-      api_->cm.destroy_event_channel(channel_);
+      DestroyEventChannel(*api_, channel_);
       channel_ = nullptr;
     }
   }
