@@ -65,7 +65,9 @@ void ParentAfterFork() {
 void ResetEngineAfterFork() {
   ParentAfterFork();  // the child's copies are held by this thread
 
-  sys::ForEachInternal([](int fd) { sys::Close(fd); });
+  sys::ForEachInternal([](int fd) {
+    if (!sys::KeptInForkChild(fd)) sys::Close(fd);
+  });
   sys::ForgetAllInternal();
   Engine::ResetAfterFork();
   ResetSocketIdsAfterFork();
@@ -89,7 +91,7 @@ void ResetEngineAfterLostFds(int overwritten) {
   share::ResetAfterFork();
   if (overwritten >= 0) {
     sys::ForEachInternal([overwritten](int fd) {
-      if (fd != overwritten) sys::Close(fd);
+      if (fd != overwritten && !sys::KeptInForkChild(fd)) sys::Close(fd);
     });
   }
   sys::ForgetAllInternal();

@@ -22,6 +22,8 @@ namespace {
 // internal fds actually are.
 constexpr int kMaxTracked = 1 << 20;
 std::atomic<uint64_t> internal_bits[kMaxTracked / 64];
+// Internal fds a fork child keeps (a library's own state needs them there).
+std::atomic<uint64_t> kept_bits[kMaxTracked / 64];
 
 int HighFloor() {
   static const int floor = [] {
@@ -42,7 +44,13 @@ void SetBit(int fd, bool on) {
     internal_bits[fd >> 6].fetch_or(bit, std::memory_order_release);
   } else {
     internal_bits[fd >> 6].fetch_and(~bit, std::memory_order_release);
+    kept_bits[fd >> 6].fetch_and(~bit, std::memory_order_release);
   }
+}
+
+bool TestBit(const std::atomic<uint64_t>* bits, int fd) {
+  if (fd < 0 || fd >= kMaxTracked) return false;
+  return (bits[fd >> 6].load(std::memory_order_acquire) >> (fd & 63)) & 1;
 }
 
 }  // namespace
@@ -313,10 +321,17 @@ int CloseInternal(int fd) {
 
 void ForgetInternal(int fd) { SetBit(fd, false); }
 
-bool IsInternal(int fd) {
-  if (fd < 0 || fd >= kMaxTracked) return false;
-  return (internal_bits[fd >> 6].load(std::memory_order_acquire) >> (fd & 63)) & 1;
+bool IsInternal(int fd) { return TestBit(internal_bits, fd); }
+
+int MakeInternalKeptInForkChild(int fd) {
+  fd = MakeInternal(fd);
+  if (fd >= 0 && fd < kMaxTracked) {
+    kept_bits[fd >> 6].fetch_or(uint64_t{1} << (fd & 63), std::memory_order_release);
+  }
+  return fd;
 }
+
+bool KeptInForkChild(int fd) { return TestBit(kept_bits, fd); }
 
 void ForEachInternal(absl::FunctionRef<void(int fd)> fn) {
   for (int w = 0; w < kMaxTracked / 64; ++w) {
@@ -330,7 +345,9 @@ void ForEachInternal(absl::FunctionRef<void(int fd)> fn) {
 }
 
 void ForgetAllInternal() {
-  for (auto& w : internal_bits) w.store(0, std::memory_order_relaxed);
+  for (int w = 0; w < kMaxTracked / 64; ++w) {
+    internal_bits[w].store(kept_bits[w].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
   canary_fd.store(-1, std::memory_order_release);
 }
 

@@ -116,7 +116,13 @@ void ForgetInternal(int fd);
 bool IsInternal(int fd);
 // Calls fn(fd) for every internal fd, in ascending order.
 void ForEachInternal(absl::FunctionRef<void(int fd)> fn);
-// Forgets every internal fd without closing it (and the canary below).
+// An internal fd that a fork child keeps, and keeps internal: a library's own
+// fd that its state in the child still needs (rdma-core's device command
+// fds, transports/verbs/internal_fds.h). The fork child closes the others.
+int MakeInternalKeptInForkChild(int fd);
+bool KeptInForkChild(int fd);
+// Forgets every internal fd without closing it (and the canary below),
+// except those kept in fork children.
 void ForgetAllInternal();
 
 // True if the internal fds were closed or replaced behind the shim's back: a

@@ -27,7 +27,6 @@ namespace rds::preload {
 namespace {
 
 void PrepareFork() {
-  sdp_fds::LockForFork();
   LockTableForFork();
   PrepareEngineForFork();
 }
@@ -35,7 +34,6 @@ void PrepareFork() {
 void ParentFork() {
   ParentAfterFork();
   UnlockTableAfterFork();
-  sdp_fds::UnlockAfterFork();
   // The child holds every descriptor this process has (engine/share.h).
   for (auto& [fd, rs] : OwnedFds()) share::MarkShared(*rs, fd);
 }
@@ -43,7 +41,6 @@ void ParentFork() {
 void ChildAfterFork() {
   ResetEngineAfterFork();
   UnlockTableAfterFork();
-  sdp_fds::UnlockAfterFork();
   ReexamineAllAfterFork();
 }
 
@@ -62,15 +59,7 @@ __attribute__((constructor)) void NoteInheritedRdsFds() {
   closedir(d);
 }
 
-// The process whose memory this is (InVforkChild): set at load and in every
-// fork child, before anything else runs there.
-std::atomic<pid_t> memory_owner{0};
-
-void NoteMemoryOwner() { memory_owner.store(sys::GetPid(), std::memory_order_relaxed); }
-
-__attribute__((constructor)) void FollowMemoryOwner() {
-  NoteMemoryOwner();
-  pthread_atfork(nullptr, nullptr, NoteMemoryOwner);
+__attribute__((constructor)) void FollowLostFds() {
   SetLostFdsHandler([] { RecoverFromLostFds(); });
 }
 
@@ -82,11 +71,6 @@ rds::Mutex recover_mu(absl::kConstInit);
 __attribute__((destructor)) void FlushAtExit() { FlushBeforeImageEnds(/*exiting=*/true); }
 
 }  // namespace
-
-bool InVforkChild() {
-  const pid_t owner = memory_owner.load(std::memory_order_relaxed);
-  return owner != 0 && owner != sys::GetPid();
-}
 
 void RecoverFromLostFds(int overwritten) {
   rds::MutexLock lock(&recover_mu);
@@ -108,6 +92,10 @@ void FlushBeforeImageEnds(bool exiting) {
     if (!exiting && AnyRds()) MarkAllShared();
     return;
   }
+  // The SDP sockets' table for rdsctl goes with the process. (At exec its
+  // lock goes with the image: rdsctl removes it, or the new image, should it
+  // make SDP sockets, takes the file over.)
+  if (exiting) sdp_fds::Withdraw();
   if (Engine::IfRunning() != nullptr) {
     Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms),
                         absl::Milliseconds(conf::Get().exit_flush_shared_ms));

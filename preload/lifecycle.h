@@ -6,6 +6,8 @@
 #ifndef RDS_PRELOAD_LIFECYCLE_H_
 #define RDS_PRELOAD_LIFECYCLE_H_
 
+#include "preload/memory_owner.h"
+
 namespace rds::preload {
 
 // The shim's version, as `meson.project_version()`.
@@ -16,13 +18,7 @@ inline constexpr char kVersion[] = RDS_PRELOAD_VERSION;
 // banner of non-default settings if asked (RDS_PRELOAD_SHOW_CONFIG).
 void OnFirstRdsSocket();
 
-// True in a child that shares this process's memory until it execs or exits
-// (vfork(), posix_spawn's clone(CLONE_VM|CLONE_VFORK), CPython's
-// _posixsubprocess): the fd table, the sockets and the engine in memory are the
-// parent's, while the descriptors are the child's own copies. Wrappers called
-// there only make the system call, never touch that state (DESIGN.md §2.4).
-// One getpid(2); call it only where the state would be touched.
-bool InVforkChild();
+// InVforkChild(): preload/memory_owner.h.
 
 // The engine's descriptors were closed or replaced behind its back: by a
 // raw close_range(2) system call (sys::InternalFdsLost, checked before a new

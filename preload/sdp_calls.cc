@@ -167,6 +167,38 @@ int Socket(const sdp::SocketForm& form) {
   return fd;
 }
 
+namespace {
+
+using sdp::status::State;
+using sdp::status::Transport;
+
+// What rdsctl shows for `fd` from now on (sdp_fds.h, SdpFd::shown).
+void Show(int fd, sdp_fds::SdpFd& s, State state, Transport transport, std::string note = "") {
+  {
+    rds::MutexLock lock(&s.mu);
+    s.shown = {state, transport, std::move(note)};
+  }
+  sdp_fds::Publish(fd, &s);
+}
+
+// The state a TCP connect's result leaves the socket in.
+State AfterTcpConnect(int r, int err) {
+  if (r == 0 || err == EISCONN) return State::kConnected;
+  if (err == EINPROGRESS || err == EALREADY || err == EINTR) return State::kConnecting;
+  return State::kFailed;
+}
+
+// A connect made by the kernel on the fd itself, shown with why.
+int TcpConnect(sdp_fds::SdpFd& s, int fd, const sockaddr* use, socklen_t len, std::string why) {
+  const int r = real::connect(fd, use, len);
+  const int err = r == 0 ? 0 : errno;
+  Show(fd, s, AfterTcpConnect(r, err), Transport::kTcp, std::move(why));
+  if (r != 0) errno = err;
+  return r;
+}
+
+}  // namespace
+
 int Bind(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
   sockaddr_storage copy;
   const sockaddr* use = nullptr;
@@ -222,6 +254,13 @@ int ConnectNonBlocking(sdp_fds::SdpFd& s, int fd, sdp::Service& verbs,
     s.peer = dst;
   }
   s.verbs.store(true);
+  {
+    // rdsctl follows the connect's outcome as the relay thread learns it.
+    std::lock_guard<std::mutex> state_lock(begun->state->mu);
+    begun->state->on_change = [fd, entry = &s] { sdp_fds::Publish(fd, entry); };
+  }
+  Show(fd, s, State::kConnecting, Transport::kVerbs,
+       tcp_fallback ? "both: TCP if no SDP there" : "");
   verbs.Join(begun->token, joined, filler, dup);
   log::Info("SDP fd %d: connecting to %s over RDMA verbs (non-blocking; %zu bytes hold it%s)", fd,
             Describe(dst), filler, tcp_fallback ? "; TCP if no SDP there" : "");
@@ -246,6 +285,7 @@ int ConnectUnderWay(sdp_fds::SdpFd& s) {
   const int err = s.connecting->error;
   const bool reported = s.error_reported;
   s.connecting.reset();  // (a new connect may follow)
+  s.shown.state = State::kFailed;  // what the dropped connect state said
   s.verbs.store(false);
   return reported ? -1 : err;
 }
@@ -280,7 +320,7 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
   }
   if (why_tcp != nullptr) {
     log::Info("SDP fd %d: connect to %s over TCP (%s)", fd, Describe(dst), why_tcp);
-    return real::connect(fd, use, len);
+    return TcpConnect(s, fd, use, len, why_tcp);
   }
   if (real::fcntl(fd, F_GETFL, 0) & O_NONBLOCK) {
     return ConnectNonBlocking(s, fd, *verbs, local, dst, s.tcp_fallback);
@@ -292,8 +332,9 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
     if (s.tcp_fallback) {
       log::Info("SDP fd %d: no SDP connection to %s (errno %d): over TCP (both)", fd,
                 Describe(dst), ErrnoOf(out.status()));
-      return real::connect(fd, use, len);
+      return TcpConnect(s, fd, use, len, "both: no SDP there");
     }
+    Show(fd, s, State::kFailed, Transport::kVerbs, strerror(ErrnoOf(out.status())));
     return Fail<int>(ErrnoOf(out.status()));
   }
   // The application's socket joins the relay through the gate (loopback:
@@ -315,28 +356,36 @@ int Connect(sdp_fds::SdpFd& s, int fd, const sockaddr* addr, socklen_t len) {
     s.peer = out->peer;
   }
   s.verbs.store(true);
+  Show(fd, s, State::kConnected, Transport::kVerbs);
   log::Info("SDP fd %d: connected to %s over RDMA verbs", fd, Describe(dst));
   return 0;
 }
 
 int Listen(sdp_fds::SdpFd& s, int fd, int backlog) {
-  (void)s;
   const int r = real::listen(fd, backlog);
   if (r != 0) return r;
-  sdp::Service* verbs = Verbs();
+  std::string why_not;
+  sdp::Service* verbs = Verbs(&why_not);
   sockaddr_storage bound = {};
   socklen_t blen = sizeof(bound);
   if (verbs == nullptr || InVforkChild() ||
       real::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen) != 0 ||
       IsLoopback(bound) || !verbs->OnRdmaDevice(bound)) {
     log::Info("SDP fd %d: listening on %s over TCP", fd, LocalName(fd));
+    const char* why = verbs == nullptr    ? why_not.c_str()
+                      : InVforkChild()    ? "a vfork child"
+                      : IsLoopback(bound) ? "a loopback address"
+                                          : "bound to an address on no RDMA device";
+    Show(fd, s, State::kListening, Transport::kTcp, why);
     return r;
   }
   if (absl::Status v = verbs->Listen(bound, backlog); !v.ok()) {
     log::Info("SDP fd %d: listening on %s over TCP only (RDMA verbs: %s)", fd, Describe(bound),
               v.message());
+    Show(fd, s, State::kListening, Transport::kTcp, std::string(v.message()));
     return r;
   }
+  Show(fd, s, State::kListening, Transport::kVerbsAndTcp);
   log::Info("SDP fd %d: listening on %s over RDMA verbs and TCP", fd, Describe(bound));
   return r;
 }
@@ -348,6 +397,10 @@ int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags,
                      : real::accept(fd, reinterpret_cast<sockaddr*>(&peer), &plen);
   if (r < 0) return r;
   auto entry = std::make_shared<sdp_fds::SdpFd>(s.family, s.tcp_fallback);
+  {
+    rds::MutexLock lock(&entry->mu);
+    entry->shown = {State::kConnected, Transport::kTcp, "a TCP client"};
+  }
   if (sdp::Service* verbs = Verbs(); verbs != nullptr) {
     // A connection the relay made for an SDP peer: its names are that peer's.
     if (std::optional<sdp::Service::Names> names = verbs->Accepted(peer)) {
@@ -355,6 +408,7 @@ int Accept(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, int flags,
         rds::MutexLock lock(&entry->mu);
         entry->local = names->local;
         entry->peer = names->peer;
+        entry->shown = {State::kConnected, Transport::kVerbs, ""};
       }
       entry->verbs.store(true);
       peer = names->peer;
@@ -425,6 +479,30 @@ int SetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, const void* val, 
 
 namespace {
 
+// A non-blocking TCP connect on the fd itself, shown as under way: once the
+// program asks for its outcome (SO_ERROR), rdsctl shows that too.
+void ShowTcpConnectOutcome(int fd, sdp_fds::SdpFd& s) {
+  {
+    rds::MutexLock lock(&s.mu);
+    if (s.shown.state != State::kConnecting || s.shown.transport != Transport::kTcp) return;
+  }
+  sockaddr_storage peer;
+  socklen_t plen = sizeof(peer);
+  pollfd p = {fd, POLLOUT, 0};
+  State now = State::kConnecting;
+  if (real::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
+    now = State::kConnected;
+  } else if (sys::Poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP))) {
+    now = State::kFailed;
+  }
+  if (now == State::kConnecting) return;
+  {
+    rds::MutexLock lock(&s.mu);
+    s.shown.state = now;
+  }
+  sdp_fds::Publish(fd, &s);
+}
+
 // An int option's value to the caller as the kernel gives it: the length is
 // read (EINVAL if negative), at most an int written, the length written back.
 int CopyOutInt(int value, void* val, socklen_t* len) {
@@ -462,6 +540,9 @@ int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, sockle
       real::getsockopt(fd, SOL_SOCKET, SO_ERROR, &kernel, &klen);
       return CopyOutInt(err, val, len);
     }
+    const int r = real::getsockopt(fd, level, name, val, len);
+    if (r == 0) ShowTcpConnectOutcome(fd, s);
+    return r;
   }
   int value = 0;
   sdp::OptionCall call;

@@ -7,25 +7,32 @@
 // child's copy of memory) and not exec. A process that never made an SDP
 // socket pays one relaxed load per call that consults it.
 //
-// Thread-safety: safe for concurrent use; SdpFd::opts under SdpFd::mu.
+// Each change is published for rdsctl (preload/sdp_status.h): every entry's
+// fd with what SdpFd::shown says, under the table's lock.
+//
+// Thread-safety: safe for concurrent use; SdpFd::opts under SdpFd::mu. Lock
+// order: the table's lock, then an SdpFd's mu, then its connect state's.
 #ifndef RDS_PRELOAD_SDP_FDS_H_
 #define RDS_PRELOAD_SDP_FDS_H_
 
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "engine/sync.h"
 #include "sdp/sockopt.h"
+#include "sdp/status_table.h"
 #include "sdp_relay/service.h"
 
 namespace rds::preload::sdp_fds {
 
 struct SdpFd {
-  explicit SdpFd(int family, bool tcp_fallback = false)
-      : family(family), tcp_fallback(tcp_fallback) {}
+  explicit SdpFd(int family, bool tcp_fallback = false);
   const int family;  // AF_INET or AF_INET6
+  const uint64_t id;  // unique in the process: which socket a slot shows
   // libsdp's "both": a connect that finds no SDP peer goes on over TCP.
   const bool tcp_fallback;
   rds::Mutex mu;
@@ -39,6 +46,14 @@ struct SdpFd {
   // whether its error was reported (SO_ERROR, a second connect).
   std::shared_ptr<sdp::Service::ConnectState> connecting ABSL_GUARDED_BY(mu);
   bool error_reported ABSL_GUARDED_BY(mu) = false;
+  // What rdsctl shows (sdp/status_table.h); while a non-blocking connect over
+  // verbs is under way its state says more (phase, TCP relayed).
+  struct Shown {
+    sdp::status::State state = sdp::status::State::kOpen;
+    sdp::status::Transport transport = sdp::status::Transport::kNone;
+    std::string note;
+  };
+  Shown shown ABSL_GUARDED_BY(mu);
 };
 
 // True once this process has had any SDP fd.
@@ -52,6 +67,11 @@ void Forget(int fd);
 void ForgetRange(unsigned int first, unsigned int last);
 // `to` now refers to what `from` refers to (dup family): SDP if `from` is.
 void Duplicate(int from, int to);
+// Publishes `fd`'s entry again (its `shown` changed), if `fd` still is
+// `entry` (null: whatever it is).
+void Publish(int fd, const SdpFd* entry = nullptr);
+// The image ends (exit, exec): the published table is removed.
+void Withdraw();
 
 // fork: the table's lock is held across it (preload/lifecycle.cc).
 void LockForFork();

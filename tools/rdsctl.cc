@@ -16,6 +16,8 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -46,6 +48,7 @@
 #include "engine/control.h"
 #include "transports/stream/reassembler.h"
 #include "engine/wire.h"
+#include "sdp/status_table.h"
 #include "tools/tool_flags.h"
 
 ABSL_FLAG(bool, json, false, "print JSON: {rundir, engines: [...], unreachable: [...], totals}");
@@ -166,11 +169,25 @@ struct Engine {
   std::string user;        // owner of the process
 };
 
+// A process's SDP sockets, read from its <rundir>/sdp-<pid>.status (an
+// SDP-only process runs no engine to ask).
+struct SdpSocket {
+  int fd = -1;
+  rds::sdp::status::SlotView view;
+};
+struct SdpProcess {
+  pid_t pid = 0;
+  std::string comm, user, path;
+  uint64_t beyond = 0;  // SDP fds the table has no slot for
+  std::vector<SdpSocket> sockets;
+};
+
 struct Snapshot {
   std::string rundir;
   bool rundir_exists = true;
   std::vector<Engine> engines;      // answered, sorted by pid
   std::vector<Engine> unreachable;  // live processes that did not answer
+  std::vector<SdpProcess> sdp;      // sorted by pid
   NsNames ns;
 };
 
@@ -186,6 +203,17 @@ struct Query {
 };
 
 bool ProcessAlive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+std::string CommOf(pid_t pid) {
+  std::string comm;
+  if (FILE* f = fopen(absl::StrCat("/proc/", pid, "/comm").c_str(), "re")) {
+    char buf[64] = {};
+    if (fgets(buf, sizeof buf, f) != nullptr) comm = buf;
+    fclose(f);
+  }
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm;
+}
 
 std::string UserOf(pid_t pid) {
   struct stat st;
@@ -352,6 +380,83 @@ void Step(Query& q, short revents) {
   }
 }
 
+// The SDP table of `pid` at `path` (sdp/status_table.h), or nullopt: not a
+// table, or its writer is gone (the file is then removed if `remove_stale`,
+// unless a new image of that pid replaced it meanwhile).
+std::optional<SdpProcess> ReadSdpTable(const std::string& path, pid_t pid, bool remove_stale) {
+  namespace status = rds::sdp::status;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  // The writer holds a shared lock while it lives (and made the file whole
+  // before renaming it into place).
+  const bool gone = flock(fd, LOCK_EX | LOCK_NB) == 0 || !ProcessAlive(pid);
+  if (gone) {
+    struct stat now;
+    if (remove_stale && stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino &&
+        now.st_dev == st.st_dev) {
+      unlink(path.c_str());
+    }
+    close(fd);
+    return std::nullopt;
+  }
+  std::optional<SdpProcess> out;
+  void* map = static_cast<size_t>(st.st_size) >= status::kFileSize
+                  ? mmap(nullptr, status::kFileSize, PROT_READ, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+  close(fd);
+  if (map == MAP_FAILED) return out;
+  const auto* header = static_cast<const status::Header*>(map);
+  if (std::memcmp(header->magic, status::kMagic, sizeof header->magic) == 0 &&
+      header->version == status::kVersion && header->pid == pid) {
+    SdpProcess p;
+    p.pid = pid;
+    p.path = path;
+    p.comm = CommOf(pid);
+    p.user = UserOf(pid);
+    p.beyond = header->beyond.load(std::memory_order_relaxed);
+    const auto* slots = reinterpret_cast<const status::Slot*>(header + 1);
+    const uint32_t n = std::min(header->slots, status::kSlots);
+    for (uint32_t fd_no = 0; fd_no < n; ++fd_no) {
+      if (std::optional<status::SlotView> v = status::Read(slots[fd_no])) {
+        p.sockets.push_back({static_cast<int>(fd_no), *std::move(v)});
+      }
+    }
+    out = std::move(p);
+  }
+  munmap(map, status::kFileSize);
+  return out;
+}
+
+std::vector<SdpProcess> GatherSdp(const std::string& rundir, const std::set<pid_t>& pids,
+                                  bool remove_stale) {
+  std::vector<SdpProcess> out;
+  DIR* d = opendir(rundir.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::pair<pid_t, std::string>> files;
+  while (struct dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (!absl::StartsWith(name, "sdp-") || !absl::EndsWith(name, ".status")) continue;
+    int pid;
+    if (!absl::SimpleAtoi(name.substr(4, name.size() - 11), &pid) || pid <= 0) continue;
+    if (!pids.empty() && !pids.contains(pid)) continue;
+    files.emplace_back(pid, absl::StrCat(rundir, "/", name));
+  }
+  closedir(d);
+  for (const auto& [pid, path] : files) {
+    if (std::optional<SdpProcess> p = ReadSdpTable(path, pid, remove_stale)) {
+      out.push_back(*std::move(p));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SdpProcess& a, const SdpProcess& b) { return a.pid < b.pid; });
+  return out;
+}
+
 // Asks every engine under `rundir` (or only `pids`), in parallel, within
 // `timeout` seconds in total.
 Snapshot Gather(const std::string& rundir, const std::set<pid_t>& pids, double timeout,
@@ -430,6 +535,7 @@ Snapshot Gather(const std::string& rundir, const std::set<pid_t>& pids, double t
   auto by_pid = [](const Engine& a, const Engine& b) { return a.pid < b.pid; };
   std::sort(snap.engines.begin(), snap.engines.end(), by_pid);
   std::sort(snap.unreachable.begin(), snap.unreachable.end(), by_pid);
+  snap.sdp = GatherSdp(rundir, pids, remove_stale);
   return snap;
 }
 
@@ -659,6 +765,24 @@ std::string CounterTable(const Snapshot& s, bool all) {
   return out;
 }
 
+std::string SdpTable(const Snapshot& s) {
+  namespace status = rds::sdp::status;
+  Table t({"PID", "COMM", "FD", "STATE", "TRANSPORT", "LOCAL", "PEER", "WHY"});
+  std::string more;
+  for (const SdpProcess& p : s.sdp) {
+    for (const SdpSocket& k : p.sockets) {
+      t.Row({absl::StrCat(p.pid), p.comm, absl::StrCat(k.fd), status::StateName(k.view.state),
+             status::TransportName(k.view.transport), Dash(status::Show(k.view.local)),
+             Dash(status::Show(k.view.peer)), Dash(k.view.note)});
+    }
+    if (p.beyond > 0) {
+      absl::StrAppendFormat(&more, "pid %d: %u more SDP socket(s) on fds >= %u, not shown\n", p.pid,
+                            p.beyond, status::kSlots);
+    }
+  }
+  return t.Render() + more;
+}
+
 std::string Unreachable(const Snapshot& s) {
   std::string out;
   for (const Engine& e : s.unreachable) {
@@ -680,8 +804,11 @@ std::string NoEngines(const Snapshot& s) {
 
 std::string RenderTables(const Snapshot& s, const std::string& what, bool all) {
   std::string out;
-  if (s.engines.empty()) {
-    out = NoEngines(s);
+  if (what == "sdp") {
+    out = s.sdp.empty() ? absl::StrFormat("no SDP sockets under %s\n", s.rundir) : SdpTable(s);
+  } else if (s.engines.empty()) {
+    out = s.sdp.empty() || what != "show" ? NoEngines(s)
+                                          : absl::StrCat("SDP SOCKETS\n", SdpTable(s));
   } else if (what == "processes") {
     out = ProcessTable(s);
   } else if (what == "sockets") {
@@ -693,6 +820,7 @@ std::string RenderTables(const Snapshot& s, const std::string& what, bool all) {
   } else {
     out = absl::StrCat("PROCESSES\n", ProcessTable(s), "\nSOCKETS\n", SocketTable(s),
                        "\nPATHS\n", PathTable(s), "\nCOUNTERS\n", CounterTable(s, all));
+    if (!s.sdp.empty()) absl::StrAppend(&out, "\nSDP SOCKETS\n", SdpTable(s));
   }
   return out;
 }
@@ -721,6 +849,27 @@ std::string RenderJson(const Snapshot& s) {
   out["unreachable"] = json::array();
   for (const Engine& e : s.unreachable) {
     out["unreachable"].push_back({{"pid", e.pid}, {"error", e.error}, {"socket_path", e.path}});
+  }
+  out["sdp"] = json::array();
+  for (const SdpProcess& p : s.sdp) {
+    namespace status = rds::sdp::status;
+    json sockets = json::array();
+    for (const SdpSocket& k : p.sockets) {
+      sockets.push_back({{"fd", k.fd},
+                         {"state", status::StateName(k.view.state)},
+                         {"transport", status::TransportName(k.view.transport)},
+                         {"local", status::Show(k.view.local)},
+                         {"peer", status::Show(k.view.peer)},
+                         {"why", k.view.note},
+                         {"socket", k.view.id},
+                         {"changed_unix_ns", k.view.changed_ns}});
+    }
+    out["sdp"].push_back({{"pid", p.pid},
+                          {"comm", p.comm},
+                          {"user", p.user},
+                          {"status_path", p.path},
+                          {"not_shown", p.beyond},
+                          {"sockets", std::move(sockets)}});
   }
   Totals t = HostTotals(s);
   out["totals"] = {{"engines", s.engines.size()},
@@ -897,6 +1046,20 @@ std::string RenderPrometheus(const Snapshot& s) {
       }
     }
   }
+  for (const SdpProcess& p : s.sdp) {
+    std::map<std::pair<std::string, std::string>, uint64_t> counts;
+    for (const SdpSocket& k : p.sockets) {
+      ++counts[{rds::sdp::status::TransportName(k.view.transport),
+                rds::sdp::status::StateName(k.view.state)}];
+    }
+    for (const auto& [key, n] : counts) {
+      x.Sample("rds_preload_sdp_sockets", "gauge",
+               "SDP sockets of the process by transport (verbs, tcp, ...) and state",
+               {{"pid", absl::StrCat(p.pid)}, {"comm", p.comm}, {"transport", key.first},
+                {"state", key.second}},
+               n);
+    }
+  }
   static const Gauge kPathGauges[] = {
       {"rds_preload_path_up", "", "1 when the path's link is up"},
       {"rds_preload_path_backlog_messages", "backlog", "messages queued on the path, not yet written"},
@@ -992,12 +1155,13 @@ std::vector<std::string> Normalize(int argc, char** argv) {
 int main(int argc, char** argv) {
   const rds::tools::ToolHelp help = {
       "rdsctl",
-      "usage: rdsctl [show|processes|sockets|paths|counters] [PID...] [--json|--prometheus] "
+      "usage: rdsctl [show|processes|sockets|paths|counters|sdp] [PID...] [--json|--prometheus] "
       "[--watch[=SECONDS]]\n"
       "       rdsctl config [PID...] [--json]",
       "Shows the RDS sockets, paths, counters and settings of every rds-preload process.",
       rds::tools::AbslToolOptions(/*dashes=*/true),  // Normalize() accepts both spellings
-      "commands: show (the default: every table), processes, sockets, paths, counters;\n"
+      "commands: show (the default: every table), processes, sockets, paths, counters, sdp\n"
+      "(the SDP sockets of every process and the transport each is on);\n"
       "config: every setting of each process. PID arguments restrict the output to them.\n"
       "exit status: 0; 1 if a PID is not an rds-preload process or did not answer, or config\n"
       "found no process; 2 for usage errors. See rdsctl(8).",
@@ -1020,8 +1184,8 @@ int main(int argc, char** argv) {
 
   std::string command = "show";
   std::set<pid_t> pids;
-  static const std::set<std::string> kCommands = {"show", "processes", "sockets", "paths",
-                                                  "counters", "config"};
+  static const std::set<std::string> kCommands = {"show",     "processes", "sockets", "paths",
+                                                  "counters", "sdp",       "config"};
   for (size_t i = 1; i < positional.size(); ++i) {
     std::string a = positional[i];
     int pid;
@@ -1092,7 +1256,9 @@ int main(int argc, char** argv) {
       bool found = std::any_of(snap.engines.begin(), snap.engines.end(),
                                [p](const Engine& e) { return e.pid == p; }) ||
                    std::any_of(snap.unreachable.begin(), snap.unreachable.end(),
-                               [p](const Engine& e) { return e.pid == p; });
+                               [p](const Engine& e) { return e.pid == p; }) ||
+                   std::any_of(snap.sdp.begin(), snap.sdp.end(),
+                               [p](const SdpProcess& e) { return e.pid == p; });
       if (!found) {
         absl::StrAppendFormat(&err, "pid %d: not an rds-preload process (no %s/engine-%d.sock)\n",
                               p, rundir, p);

@@ -17,14 +17,22 @@
 5. libsdp rules (RDS_PRELOAD_SDP_CONFIG, py_sdp_rules_child.py): an ordinary TCP client becomes
    SDP, a listener stays TCP, each decision logged with its rule; a line that does not parse is
    reported and skipped.
+6. rdsctl (py_sdp_status_child.py, a process with SDP sockets and no RDS engine): `rdsctl sdp`,
+   --json and --prometheus show each SDP socket with its state, transport and why (a listener, a
+   client and its accepted peer over TCP for want of RDMA, a connect that failed); a closed
+   socket leaves the table; a normal exit removes the process's file, and so does rdsctl for a
+   process killed with SIGKILL.
 
 Expected run time: ~5 s (the Java run ~2 s; skipped with a message where no java is installed).
 """
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 import itlib
@@ -130,6 +138,86 @@ class Sdp(unittest.TestCase):
         self.assertIn("line 4: no ':port': skipped", err)
         rc, out, err = run(argv, True, "sdp-no-rules")
         self.assertNotEqual(rc, 0, "without rules the client stays TCP")
+
+    def test_rdsctl_shows_each_sdp_socket_and_its_transport(self):
+        rundir = itlib.make_tmpdir("sdp-rdsctl")
+        env = itlib.preload_env(rundir)
+        argv = [sys.executable, itlib.script("py_sdp_status_child.py")]
+        env.update(itlib.sanitizer_env(argv))
+        status_file = lambda pid: os.path.join(rundir, f"sdp-{pid}.status")
+
+        def start():
+            p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            ready = p.stdout.readline().split()
+            self.assertEqual(ready[:1], ["ready"], p.stderr.read() if not ready else ready)
+            return p, int(ready[1]), int(ready[2]), int(ready[3]), ready[4]
+
+        p, port, cli_fd, bad_fd, bad_err = start()
+        try:
+            self.assertEqual(bad_err, "ECONNREFUSED")
+            doc = itlib.rdsctl_json(self, rundir, "sdp")
+            self.assertEqual(doc["engines"], [], "an SDP-only process runs no RDS engine")
+            procs = [x for x in doc["sdp"] if x["pid"] == p.pid]
+            self.assertEqual(len(procs), 1, doc["sdp"])
+            socks = {k["fd"]: k for k in procs[0]["sockets"]}
+            listener = [k for k in socks.values() if k["state"] == "listening"]
+            self.assertEqual(len(listener), 1, socks)
+            # (No RDMA device here: that is why, before the address is looked at.)
+            no_rdma = "no RDMA device on this host (/sys/class/infiniband)"
+            self.assertEqual((listener[0]["transport"], listener[0]["local"], listener[0]["why"]),
+                             ("tcp", f"127.0.0.1:{port}", no_rdma))
+            cli = socks[cli_fd]
+            self.assertEqual((cli["state"], cli["transport"], cli["peer"], cli["why"]),
+                             ("connected", "tcp", f"127.0.0.1:{port}", no_rdma))
+            accepted = [k for k in socks.values() if k["why"] == "a TCP client"]
+            self.assertEqual(len(accepted), 1, socks)
+            self.assertEqual((accepted[0]["state"], accepted[0]["peer"]),
+                             ("connected", cli["local"]))
+            self.assertEqual(socks[bad_fd]["state"], "failed", socks[bad_fd])
+            self.assertEqual(len(socks), 4, socks)
+
+            rc, out, err = itlib.rdsctl(rundir, "sdp")
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(out, rf"{p.pid}\s+python3\s+{cli_fd}\s+connected\s+tcp\s+127\.0\.0\.1:")
+            rc, out, err = itlib.rdsctl(rundir)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("SDP SOCKETS", out, "the default view shows SDP-only processes")
+            rc, out, err = itlib.rdsctl(rundir, "--prometheus")
+            self.assertEqual(rc, 0, err)
+            self.assertIn(f'rds_preload_sdp_sockets{{pid="{p.pid}",comm="python3",'
+                          f'transport="tcp",state="connected"}} 2', out)
+
+            p.stdin.write("close\n")
+            p.stdin.flush()
+            self.assertEqual(p.stdout.readline().strip(), "closed")
+            doc = itlib.rdsctl_json(self, rundir, "sdp")
+            fds = [k["fd"] for x in doc["sdp"] if x["pid"] == p.pid for k in x["sockets"]]
+            self.assertNotIn(cli_fd, fds, "a closed socket leaves the table")
+            self.assertEqual(len(fds), 3, fds)
+
+            p.stdin.write("exit\n")
+            p.stdin.flush()
+            self.assertEqual(p.wait(timeout=TIMEOUT), 0, p.stderr.read())
+            self.assertFalse(os.path.exists(status_file(p.pid)), "removed at exit")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+        p, *_ = start()
+        try:
+            self.assertTrue(os.path.exists(status_file(p.pid)))
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=TIMEOUT)
+            doc = itlib.rdsctl_json(self, rundir, "sdp")
+            self.assertEqual([x for x in doc["sdp"] if x["pid"] == p.pid], [],
+                             "a dead process is not shown")
+            self.assertFalse(os.path.exists(status_file(p.pid)), "rdsctl removes its file")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 if __name__ == "__main__":

@@ -101,7 +101,14 @@ else
   echo "RESULT refused-nb $out"
   vm_barrier p3-done
 fi
-# 5. kill -9 of a reader that never reads.
+# 5. kill -9 of a reader that never reads (and rdsctl on both sides meanwhile).
+# The state/transport of each SDP socket (of PID if given), as rdsctl shows them, sorted.
+sdp_states() {
+  "$BUILD/tools/rdsctl" --rundir /tmp/rds sdp --json ${1:-} | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+print(" ".join(sorted(k["state"] + "/" + k["transport"] for p in doc["sdp"] for k in p["sockets"])))'
+}
 if [ "$ROLE" = kernel ]; then
   $SHIM python3 "$HERE/sdp_echo.py" sleepy "$ME" 5400 >/tmp/sleepy.out 2>&1 &
   sleepy=$!
@@ -109,12 +116,18 @@ if [ "$ROLE" = kernel ]; then
   vm_barrier p5
   wait_for /tmp/sleepy.out accepted 60
   sleep 4  # the writer fills the credits and both sockets' buffers, and blocks
+  echo "RESULT rdsctl-server $(sdp_states "$sleepy")"
   kill -9 "$sleepy"
   vm_barrier p5-done
 else
   vm_barrier p5
   start=$SECONDS
-  out=$($SHIM timeout 60 $SDP flood "$PEER" 5400 2>/tmp/flood.err)
+  $SHIM timeout 60 $SDP flood "$PEER" 5400 >/tmp/flood.out 2>/tmp/flood.err &
+  flood=$!
+  sleep 3
+  echo "RESULT rdsctl-client $(sdp_states)"  # (flood's pid is timeout's child's)
+  wait "$flood"
+  out=$(cat /tmp/flood.out)
   echo "$out"
   grep -E "SDP|RDMA" /tmp/flood.err | head -6
   echo "RESULT killed-reader $(echo "$out" | grep -oE '^error E[A-Z]+') $((SECONDS - start))"

@@ -6,7 +6,8 @@ over RDMA verbs, with the SDP connection's names on both sides, blocking and non
 connects; libsdp's "both" falling back to
 TCP for a server without the shim; an SDP socket refused where nobody serves SDP; OpenJDK's
 own SDP support (a Socket and an NIO SocketChannel against a ServerSocket); a blocked writer
-whose reader is killed with kill -9.
+whose reader is killed with kill -9, rdsctl showing both sides on verbs meanwhile; an
+os.closerange over every fd above a connected socket (the shim's own are spared).
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~4 min (emulated CPU; the JVMs take most of it).
 """
@@ -70,6 +71,11 @@ def main():
     check(len(killed) == 3 and killed[1] in ("ECONNRESET", "EPIPE") and int(killed[2]) < 50,
           f"a reader that never reads, killed with kill -9: the blocked writer gets ECONNRESET "
           f"or EPIPE (error, seconds): {results.get('killed-reader')}")
+    check(results.get("rdsctl-server") == "connected/verbs listening/verbs+tcp",
+          f"rdsctl on the reader's side: its listener on verbs and TCP, its connection on verbs: "
+          f"{results.get('rdsctl-server')}")
+    check(results.get("rdsctl-client") == "connected/verbs",
+          f"rdsctl on the writer's side: its connection on verbs: {results.get('rdsctl-client')}")
     if have_java:
         check(results.get("java-client") == "2 2",
               f"OpenJDK's SDP (-Dcom.sun.sdp.conf): a Socket and an NIO SocketChannel echoed "
