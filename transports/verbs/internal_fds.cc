@@ -30,7 +30,8 @@ void AdoptDeviceFds(const VerbsApi& api) {
     if (devices == nullptr) return;
     for (int k = 0; k < n; ++k) {
       for (int* fd : {&devices[k]->cmd_fd, &devices[k]->async_fd}) {
-        if (*fd >= 0 && !sys::IsInternal(*fd)) *fd = sys::MakeInternal(*fd);
+        // Kept in fork children: rdma-core there uses the same contexts.
+        if (*fd >= 0 && !sys::IsInternal(*fd)) *fd = sys::MakeInternalKeptInForkChild(*fd);
       }
     }
     api.cm.free_devices(devices);
