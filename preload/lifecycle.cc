@@ -21,6 +21,7 @@
 #include "engine/share.h"
 #include "engine/socket.h"
 #include "preload/fd_table.h"
+#include "preload/sdp_calls.h"
 #include "preload/sdp_fds.h"
 
 namespace rds::preload {
@@ -96,6 +97,9 @@ void FlushBeforeImageEnds(bool exiting) {
   // lock goes with the image: rdsctl removes it, or the new image, should it
   // make SDP sockets, takes the file over.)
   if (exiting) sdp_fds::Withdraw();
+  // SDP connections over verbs end with the image (their relay thread is
+  // its): what the application wrote is delivered first.
+  sdp_calls::FlushBeforeImageEnds();
   if (Engine::IfRunning() != nullptr) {
     Engine::DrainAtExit(absl::Milliseconds(conf::Get().exit_flush_ms),
                         absl::Milliseconds(conf::Get().exit_flush_shared_ms));

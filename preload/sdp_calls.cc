@@ -562,4 +562,22 @@ int GetSockOpt(sdp_fds::SdpFd& s, int fd, int level, int name, void* val, sockle
   return CopyOutInt(value, val, len);
 }
 
+void FlushBeforeImageEnds() {
+  if (!sdp_fds::Any()) return;
+  sdp::Service* verbs = sdp::Service::IfRunning();
+  if (verbs == nullptr) return;
+  sdp_fds::ForEach([](int fd, sdp_fds::SdpFd& s) {
+    if (!s.verbs.load()) return;
+    {
+      rds::MutexLock lock(&s.mu);
+      if (s.connecting) {
+        std::lock_guard<std::mutex> state_lock(s.connecting->mu);
+        if (s.connecting->phase != sdp::Service::ConnectState::Phase::kUp) return;
+      }
+    }
+    real::shutdown(fd, SHUT_WR);  // (several fds of one socket: the first does it)
+  });
+  verbs->FlushBeforeExit(absl::Milliseconds(conf::Get().exit_flush_ms));
+}
+
 }  // namespace rds::preload::sdp_calls

@@ -44,6 +44,14 @@ int GetName(sdp_fds::SdpFd& s, int fd, sockaddr* addr, socklen_t* len, bool peer
 // (info). Returns the fd's SDP entry if it is one now. Cheap without rules.
 std::shared_ptr<sdp_fds::SdpFd> ConvertByRules(int fd, const sockaddr* addr, socklen_t len);
 
+// Before the process image ends (exit, _exit, exec; not in a vfork child):
+// the relay thread ends with it, so each connection over RDMA verbs gets its
+// end of file now (the fd shut for writing, as the kernel's close at exit
+// would) and the relay delivers what the application wrote, waiting while
+// data moves (at most RDS_PRELOAD_EXIT_FLUSH_MS without progress). No-op in
+// a process without SDP over verbs.
+void FlushBeforeImageEnds();
+
 }  // namespace rds::preload::sdp_calls
 
 #endif  // RDS_PRELOAD_SDP_CALLS_H_

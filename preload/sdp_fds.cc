@@ -184,6 +184,12 @@ void Duplicate(int from, int to) {
   PutLocked(to, std::move(shared));
 }
 
+void ForEach(absl::FunctionRef<void(int fd, SdpFd& s)> fn) {
+  if (!Any()) return;
+  rds::MutexLock lock(&mu);
+  for (auto& [fd, s] : Table()) fn(fd, *s);
+}
+
 void Publish(int fd, const SdpFd* entry) {
   if (!Any()) return;
   rds::MutexLock lock(&mu);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "engine/sync.h"
 #include "sdp/sockopt.h"
 #include "sdp/status_table.h"
@@ -67,6 +68,9 @@ void Forget(int fd);
 void ForgetRange(unsigned int first, unsigned int last);
 // `to` now refers to what `from` refers to (dup family): SDP if `from` is.
 void Duplicate(int from, int to);
+// Calls fn(fd, entry) for every entry (under the table's lock: fn must not
+// call back into the table).
+void ForEach(absl::FunctionRef<void(int fd, SdpFd& s)> fn);
 // Publishes `fd`'s entry again (its `shown` changed), if `fd` still is
 // `entry` (null: whatever it is).
 void Publish(int fd, const SdpFd* entry = nullptr);

@@ -98,6 +98,8 @@ class Conversation {
   // The largest payload of one of our Data messages.
   size_t max_payload() const { return peer_buf_size_ - wire::kBsdhSize; }
   bool sent_disconn() const { return sent_disconn_; }
+  // Messages we have sent (any kind).
+  uint32_t messages_sent() const { return next_mseq_ - 1; }
   bool received_disconn() const { return received_disconn_; }
   bool aborted() const { return aborted_; }
   // Both streams ended in order: the connection may be torn down.

@@ -28,6 +28,8 @@ class MessageChannel {
   // The receive buffer that held message `id` (as given to the relay) is
   // free: post it again. Not called once the channel has closed.
   virtual void Repost(uint64_t id) = 0;
+  // Every message sent so far has been delivered into the peer's buffers.
+  virtual bool AllSent() const = 0;
   // Ends the connection (a CM disconnect) after every message sent so far
   // is delivered: the peer's relay hears OnClosed after them.
   virtual void Disconnect() = 0;

@@ -2,6 +2,7 @@
 #include "sdp_relay/relay.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -166,6 +167,15 @@ void Relay::ReadAndSend() {
       SendMessage(*h, 0);
     }
   }
+}
+
+bool Relay::Flushed() const {
+  if (channel_closed_) return true;  // nothing more can go
+  if (!channel_->AllSent()) return false;
+  if (local_ < 0) return true;
+  int unread = 0;
+  if (sys::Ioctl(local_, SIOCINQ, &unread) == 0 && unread > 0) return false;
+  return !local_eof_ || conv_.sent_disconn();
 }
 
 void Relay::SendMessage(const wire::Bsdh& h, size_t payload_size) {

@@ -59,6 +59,11 @@ class Relay {
   void OnClosed(const absl::Status& why);
 
   bool done() const { return local_ < 0 && disconnected_; }
+  // Everything the application has written so far has gone to the peer:
+  // nothing left to read at our end, every message delivered, and the
+  // application's end of file sent as DisConn if it came (or the channel is
+  // gone). What an exiting process waits for (Service::FlushBeforeExit).
+  bool Flushed() const;
   int local_fd() const { return local_; }
   const Conversation& conversation() const { return conv_; }
   // Why it ended, when it did not end in order.

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -274,14 +275,41 @@ class VerbsService final : public Service {
     });
   }
 
+  void FlushBeforeExit(absl::Duration stall) override {
+    absl::Time moved_at = absl::Now();
+    uint64_t last = 0;
+    bool first = true;
+    for (;;) {
+      bool flushed = true;
+      uint64_t progress = 0;
+      OnLoop([&]() -> absl::Status {
+        for (const auto& [token, c] : conns_) {
+          if (c->relay) {
+            flushed = flushed && c->relay->Flushed();
+            progress += c->relay->conversation().messages_sent();
+          }
+          if (c->proxy) {
+            flushed = flushed && c->proxy->Flushed(0);  // (side 0: the application's)
+            progress += c->proxy->bytes_moved();
+          }
+        }
+        return absl::OkStatus();
+      }).IgnoreError();
+      if (flushed) return;
+      if (first || progress != last) moved_at = absl::Now();
+      first = false;
+      last = progress;
+      if (absl::Now() - moved_at >= stall) {
+        log::Info("SDP: the process ends with data its peers have not taken (nothing moved "
+                  "for %s): those connections are reset", absl::FormatDuration(stall));
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+
   void Unlisten(const sockaddr_storage& bound) override {
-    loop_->Post([this, bound] {
-      auto it = listen_ids_.find(Key(bound));
-      if (it == listen_ids_.end()) return;
-      listeners_.erase(it->second);
-      api_->cm.destroy_id(it->second);
-      listen_ids_.erase(it);
-    });
+    loop_->Post([this, bound] { StopServing(bound); });
   }
 
   bool NoSdpAt(const sockaddr_storage& peer) override {
@@ -326,7 +354,9 @@ class VerbsService final : public Service {
     int gate = -1;
     sockaddr_storage gate_addr{};
     std::optional<std::string> expected;
-    std::vector<int> parked;
+    // Connections the gate accepted, with their peers' addresses as accept
+    // gave them (getpeername fails once the application has reset its end).
+    std::vector<std::pair<int, std::string>> parked;
     // A non-blocking connect's (Begin / Join).
     std::shared_ptr<ConnectState> state;
     int joined = -1;         // the application's connection, its filler not yet read
@@ -340,6 +370,7 @@ class VerbsService final : public Service {
     // Accepting side.
     sockaddr_storage listener{};
     std::string loopback_key;
+    int app_conn = -1;  // into the application's listener, until the relay has it
   };
 
   template <typename F>
@@ -653,14 +684,16 @@ class VerbsService final : public Service {
     if (it == conns_.end()) return;
     Conn& c = *it->second;
     for (;;) {
-      const int fd =
-          sys::MakeInternal(sys::Accept4(c.gate, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+      sockaddr_storage peer{};
+      socklen_t len = sizeof peer;
+      const int fd = sys::MakeInternal(sys::Accept4(c.gate, reinterpret_cast<sockaddr*>(&peer),
+                                                    &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (fd < 0) break;
       if (c.parked.size() >= kMaxParked) {
         Reset(fd);
         continue;
       }
-      c.parked.push_back(fd);
+      c.parked.emplace_back(fd, Key(peer));
     }
     MatchParked(c);
   }
@@ -668,13 +701,10 @@ class VerbsService final : public Service {
   void MatchParked(Conn& c) {
     if (!c.expected || c.relay || c.joined >= 0) return;
     for (size_t i = 0; i < c.parked.size(); ++i) {
-      sockaddr_storage peer{};
-      socklen_t len = sizeof peer;
-      if (sys::Getpeername(c.parked[i], reinterpret_cast<sockaddr*>(&peer), &len) == 0 &&
-          Key(peer) == *c.expected) {
-        const int fd = c.parked[i];
+      if (c.parked[i].second == *c.expected) {
+        const int fd = c.parked[i].first;
         c.parked.erase(c.parked.begin() + static_cast<long>(i));
-        for (int other : c.parked) Reset(other);
+        for (const auto& other : c.parked) Reset(other.first);
         c.parked.clear();
         loop_->Remove(c.gate);
         sys::CloseInternal(c.gate);
@@ -734,6 +764,19 @@ class VerbsService final : public Service {
     conns_[c.token] = std::move(owned);
     by_id_[c.id] = &c;
     AttachChannel(c, *std::move(ch));
+    c.app_conn = ConnectToListener(c);
+    if (c.app_conn < 0) {
+      const int err = errno;
+      log::Info("%s: refused: the application's listener %s: %s", c.name, Show(c.listener),
+                strerror(err));
+      api_->cm.reject(c.id, nullptr, 0);
+      // Nobody holds that listener any more: its CM port goes too (a new
+      // listener on the address serves it again).
+      if (err == ECONNREFUSED) StopServing(c.listener);
+      const uint64_t token = c.token;
+      loop_->Post([this, token] { Destroy(token); });
+      return;
+    }
     wire::HelloAck ack;
     ack.bsdh.mid = wire::kHelloAck;
     ack.bsdh.bufs = static_cast<uint16_t>(sizes_.recv_bufs);
@@ -754,15 +797,20 @@ class VerbsService final : public Service {
     }
   }
 
-  void OnAccepted(Conn& c) {
-    c.ch->OnEstablished();
-    // Into the application's listener, as a local client: accept() returns it.
+  // Connects into the application's listener for `c`, as a local client
+  // (its accept() returns it, named as the SDP peer), before the CM request
+  // is answered: a listener closed everywhere (in every process that held
+  // it) refuses the loopback connect at once, and the SDP peer is then
+  // refused as a TCP client would be. The fd (connecting or connected), or
+  // -1 with errno.
+  int ConnectToListener(Conn& c) {
     sockaddr_storage target = c.listener;
     if (IsAny(target)) target = Loopback(target.ss_family, PortOf(target));
+    const int fd = sys::MakeInternal(
+        sys::Socket(target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (fd < 0) return -1;
     // Its names are known before it connects: the application's accept()
     // may run (and ask) before this thread is back from connect().
-    const int fd =
-        sys::MakeInternal(sys::Socket(target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     sockaddr_storage mine = target;
     if (mine.ss_family == AF_INET) {
       reinterpret_cast<sockaddr_in&>(mine).sin_port = 0;
@@ -770,27 +818,57 @@ class VerbsService final : public Service {
       reinterpret_cast<sockaddr_in6&>(mine).sin6_port = 0;
     }
     socklen_t len = LengthOf(mine);
-    const bool named = fd >= 0 &&
-                       sys::Bind(fd, reinterpret_cast<sockaddr*>(&mine), len) == 0 &&
-                       sys::Getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len) == 0;
-    if (named) {
-      c.loopback_key = Key(mine);
+    if (sys::Bind(fd, reinterpret_cast<sockaddr*>(&mine), len) != 0 ||
+        sys::Getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len) != 0) {
+      const int err = errno;
+      sys::CloseInternal(fd);
+      errno = err;
+      return -1;
+    }
+    c.loopback_key = Key(mine);
+    {
       std::lock_guard<std::mutex> lock(mu_);
       accepted_[c.loopback_key] = Names{c.local, c.peer};
     }
-    if (!named ||
-        (sys::Connect(fd, reinterpret_cast<sockaddr*>(&target), LengthOf(target)) != 0 &&
-         errno != EINPROGRESS)) {
-      log::Info("%s: cannot reach the application's listener %s: %s", c.name, Show(target),
-                strerror(errno));
-      if (fd >= 0) sys::CloseInternal(fd);
-      c.ch->Disconnect();
-      const uint64_t token = c.token;
-      loop_->Post([this, token] { Destroy(token); });
-      return;
+    int err = 0;
+    if (sys::Connect(fd, reinterpret_cast<sockaddr*>(&target), LengthOf(target)) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        // Loopback answers within the call: a refusal is there already.
+        pollfd p = {fd, POLLOUT, 0};
+        socklen_t elen = sizeof err;
+        err = 0;
+        if (sys::Poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP))) {
+          sys::Getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+          if (err == 0) err = ECONNREFUSED;
+        }
+      }
     }
+    if (err != 0) {
+      sys::CloseInternal(fd);
+      errno = err;
+      return -1;
+    }
+    return fd;
+  }
+
+  void OnAccepted(Conn& c) {
+    c.ch->OnEstablished();
+    const int fd = c.app_conn;
+    c.app_conn = -1;
     log::Info("%s: accepted over RDMA verbs for %s", c.name, Show(c.listener));
     StartRelay(c, fd);
+  }
+
+  // The CM's listener for `bound` goes (the loop's thread; its pending
+  // requests were each answered when they came).
+  void StopServing(const sockaddr_storage& bound) {
+    auto it = listen_ids_.find(Key(bound));
+    if (it == listen_ids_.end()) return;
+    log::Info("SDP: no longer serving %s over RDMA verbs (its listener is closed)", Show(bound));
+    listeners_.erase(it->second);
+    api_->cm.destroy_id(it->second);
+    listen_ids_.erase(it);
   }
 
   // --- both sides ---
@@ -888,12 +966,13 @@ class VerbsService final : public Service {
       loop_->Remove(c->gate);
       sys::CloseInternal(c->gate);
     }
-    for (int fd : c->parked) Reset(fd);
+    for (const auto& [fd, peer] : c->parked) Reset(fd);
     if (c->joined >= 0) {  // the application's socket sees a reset: its SO_ERROR says why
       loop_->Remove(c->joined);
       Reset(c->joined);
     }
     if (c->app_dup >= 0) sys::CloseInternal(c->app_dup);
+    if (c->app_conn >= 0) Reset(c->app_conn);  // (the application may have accepted it)
     if (c->fallback >= 0) {
       loop_->Remove(c->fallback);
       sys::CloseInternal(c->fallback);
@@ -1002,6 +1081,17 @@ class VerbsService final : public Service {
 
 }  // namespace
 
+namespace {
+std::atomic<Service*> running{nullptr};
+std::atomic<pid_t> running_pid{0};
+}  // namespace
+
+Service* Service::IfRunning() {
+  return running_pid.load(std::memory_order_acquire) == sys::GetPid()
+             ? running.load(std::memory_order_acquire)
+             : nullptr;
+}
+
 absl::StatusOr<Service*> Service::Get() {
   // The process that first asked owns the service: its thread, its RDMA
   // contexts and memory registrations are not a fork child's to use.
@@ -1024,6 +1114,8 @@ absl::StatusOr<Service*> Service::Get() {
         r = init;
       } else {
         r = s;
+        running.store(s, std::memory_order_release);
+        running_pid.store(sys::GetPid(), std::memory_order_release);
       }
     }
     if (!r.ok()) log::Info("SDP over RDMA verbs unavailable: %s", r.status().message());

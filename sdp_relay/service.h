@@ -38,6 +38,16 @@ class Service {
   // device, rdma-core missing; decided once, said once at info level), or a
   // fork child of the process that made it (SDP there runs over TCP).
   static absl::StatusOr<Service*> Get();
+  // The service if this process has started it, else null (never starts it).
+  static Service* IfRunning();
+
+  // Before the process image ends (exit, exec): its relay thread ends with
+  // it, so whatever the application wrote must reach the peers first, as a
+  // kernel's TCP delivers it after the process is gone. Waits until every
+  // relayed connection has flushed (Relay::Flushed, TcpProxy::Flushed) or
+  // nothing has moved for `stall`. (The caller shuts the application's
+  // connected sockets for writing first: their end of file goes as DisConn.)
+  virtual void FlushBeforeExit(absl::Duration stall) = 0;
 
   // Whether `addr` (an address of this host; any-address counts when some
   // device exists) is on an RDMA device.

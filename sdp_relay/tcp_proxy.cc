@@ -2,6 +2,7 @@
 #include "sdp_relay/tcp_proxy.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -51,6 +52,15 @@ void TcpProxy::OnEvent() {
   }
 }
 
+bool TcpProxy::Flushed(int from) const {
+  if (reset_ || fd_[from] < 0) return true;
+  const Flow& f = flow_[from];
+  if (f.off < f.len) return false;
+  int unread = 0;
+  if (sys::Ioctl(fd_[from], SIOCINQ, &unread) == 0 && unread > 0) return false;
+  return !f.eof || f.shut;
+}
+
 bool TcpProxy::Move(int from) {
   Flow& f = flow_[from];
   const int src = fd_[from], dst = fd_[1 - from];
@@ -85,6 +95,7 @@ bool TcpProxy::Move(int from) {
         return false;
       }
       f.off += static_cast<size_t>(w);
+      bytes_moved_ += static_cast<uint64_t>(w);
       continue;
     }
     if (f.eof && !f.shut) {

@@ -35,6 +35,10 @@ class TcpProxy {
   void OnEvent();
   bool done() const { return fd_[0] < 0 && fd_[1] < 0; }
   bool reset() const { return reset_; }
+  // What side `from` wrote has all gone on to the other side's kernel socket
+  // (which delivers it even after this process ends), its end of file too.
+  bool Flushed(int from) const;
+  uint64_t bytes_moved() const { return bytes_moved_; }
   int fd(int side) const { return fd_[side]; }
 
  private:
@@ -54,6 +58,7 @@ class TcpProxy {
   Flow flow_[2];
   const std::string name_;
   bool reset_ = false;
+  uint64_t bytes_moved_ = 0;
 };
 
 }  // namespace rds::sdp

@@ -61,6 +61,9 @@ class VerbsChannel final : public MessageChannel {
 
   // MessageChannel.
   bool CanSend() const override;
+  // (A Data message's completion may be unsignalled: the control messages
+  // are signalled, so a DisConn's completion covers all before it.)
+  bool AllSent() const override { return closed_ || sends_completed_ == sends_posted_; }
   void Send(absl::Span<const uint8_t> message) override;
   void Repost(uint64_t id) override;
   void Disconnect() override;

@@ -5,6 +5,10 @@
  *                        socket(AF_INET[6], SOCK_STREAM, 257) or socket(27 / 28, SOCK_STREAM, 0)
  *                        in turn, addresses given to bind/connect with family 27 / 28
  *
+ * The cases run over loopback, or over the addresses in SDP_TRANSCRIPT_ADDR (IPv4) and
+ * SDP_TRANSCRIPT_ADDR6 (IPv6) when set — addresses of this host on an RDMA device, so that the
+ * SDP sockets run over RDMA verbs (tests/vm/sdp_verbs.sh).
+ *
  * Each case prints what a TCP program observes — results, errno names, bytes, poll events,
  * ioctl answers, address families — one line per step (also sendfile into the socket, SO_LINGER
  * with a timeout, and the socket passed with SCM_RIGHTS); test_sdp.py runs both modes and requires
@@ -61,21 +65,32 @@ static int stream_socket(int family, int flags) {
   return socket(family == AF_INET6 ? AF_INET6_SDP : AF_INET_SDP, SOCK_STREAM | flags, 0);
 }
 
-/* The loopback address of `family` with `port`, its family as a program of the mode gives it. */
-static socklen_t loopback(int family, int port, struct sockaddr_storage* ss) {
+/* The addresses the cases use: loopback unless the environment names others. */
+static struct in_addr test_addr4;
+static struct in6_addr test_addr6;
+
+/* The test address of `family` with `port`, its family as a program of the mode gives it. */
+static socklen_t test_address(int family, int port, struct sockaddr_storage* ss) {
   memset(ss, 0, sizeof(*ss));
   if (family == AF_INET6) {
     struct sockaddr_in6* a = (struct sockaddr_in6*)ss;
     a->sin6_family = sdp_mode && form ? AF_INET6_SDP : AF_INET6;
-    a->sin6_addr = in6addr_loopback;
+    a->sin6_addr = test_addr6;
     a->sin6_port = htons(port);
     return sizeof(*a);
   }
   struct sockaddr_in* a = (struct sockaddr_in*)ss;
   a->sin_family = sdp_mode && form ? AF_INET_SDP : AF_INET;
-  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a->sin_addr = test_addr4;
   a->sin_port = htons(port);
   return sizeof(*a);
+}
+
+/* Waits (at most 5 s) until `fd` has something to read: at once over loopback TCP, a moment
+ * later over RDMA verbs. Prints nothing: the transcripts stay the same. */
+static void wait_readable(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  poll(&p, 1, 5000);
 }
 
 static int port_of(int fd) {
@@ -86,14 +101,14 @@ static int port_of(int fd) {
                                         : ((struct sockaddr_in*)&ss)->sin_port);
 }
 
-/* A listener on an ephemeral loopback port. */
+/* A listener on an ephemeral port of the test address. */
 static int listener(int family) {
   int fd = stream_socket(family, 0);
   if (fd < 0) { perror("socket"); exit(2); }
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   struct sockaddr_storage ss;
-  socklen_t len = loopback(family, 0, &ss);
+  socklen_t len = test_address(family, 0, &ss);
   if (bind(fd, (struct sockaddr*)&ss, len) != 0 || listen(fd, 8) != 0) { perror("listen"); exit(2); }
   return fd;
 }
@@ -103,7 +118,7 @@ static void pair(int family, int* client, int* server) {
   int l = listener(family);
   *client = stream_socket(family, 0);
   struct sockaddr_storage ss;
-  socklen_t len = loopback(family, port_of(l), &ss);
+  socklen_t len = test_address(family, port_of(l), &ss);
   if (connect(*client, (struct sockaddr*)&ss, len) != 0) { perror("connect"); exit(2); }
   *server = accept(l, NULL, NULL);
   if (*server < 0) { perror("accept"); exit(2); }
@@ -176,9 +191,15 @@ static void case_urgent(int oobinline) {
   show("send", send(c, "abc", 3, 0));
   show("send MSG_OOB", send(c, "!", 1, MSG_OOB));
   show("send", send(c, "def", 3, 0));
-  usleep(50000);
+  /* Until the urgent byte is signalled (at once over loopback TCP, a moment over verbs). */
   struct pollfd p = {s, POLLIN | POLLPRI, 0};
-  show("poll", poll(&p, 1, 1000));
+  long polled = 0;
+  for (int i = 0; i < 500; ++i) {
+    polled = poll(&p, 1, 10);
+    if (p.revents & POLLPRI) break;
+    usleep(10000);  /* (POLLIN alone returns at once) */
+  }
+  show("poll", polled);
   printf("revents%s%s\n", (p.revents & POLLIN) ? " POLLIN" : "", (p.revents & POLLPRI) ? " POLLPRI" : "");
   int mark = -1;
   show("SIOCATMARK", ioctl(s, SIOCATMARK, &mark));
@@ -220,7 +241,7 @@ static void case_close_unread(void) {
   int c, s;
   pair(AF_INET, &c, &s);
   show("write", write(c, "unread", 6));
-  usleep(50000);
+  wait_readable(s);
   show("server close", close(s));
   usleep(50000);
   char buf[8];
@@ -234,17 +255,17 @@ static void case_errors(void) {
   int port = port_of(l);
   struct sockaddr_storage ss;
   int fd = stream_socket(AF_INET, 0);
-  socklen_t len = loopback(AF_INET, port, &ss);
+  socklen_t len = test_address(AF_INET, port, &ss);
   show("bind to a port in use", bind(fd, (struct sockaddr*)&ss, len));
   close(fd);
   close(l);  /* nothing listens there now */
   fd = stream_socket(AF_INET, 0);
-  len = loopback(AF_INET, port, &ss);
+  len = test_address(AF_INET, port, &ss);
   show("connect to a closed port", connect(fd, (struct sockaddr*)&ss, len));
   close(fd);
   int c, s;
   pair(AF_INET, &c, &s);
-  len = loopback(AF_INET, port_of(s), &ss);
+  len = test_address(AF_INET, port_of(s), &ss);
   show("connect again", connect(c, (struct sockaddr*)&ss, len));
   close(c);
   close(s);
@@ -254,7 +275,7 @@ static void case_errors(void) {
   inet_pton(AF_INET, "192.0.2.1", &other.sin_addr);  /* TEST-NET-1: no interface has it */
   show("bind to an address not here", bind(fd, (struct sockaddr*)&other, sizeof(other)));
   if (getuid() != 0) {
-    len = loopback(AF_INET, 80, &ss);
+    len = test_address(AF_INET, 80, &ss);
     show("bind to a reserved port", bind(fd, (struct sockaddr*)&ss, len));
   }
   char buf[4];
@@ -269,7 +290,7 @@ static void case_nonblocking(void) {
   int l = listener(AF_INET);
   int fd = stream_socket(AF_INET, SOCK_NONBLOCK);
   struct sockaddr_storage ss;
-  socklen_t len = loopback(AF_INET, port_of(l), &ss);
+  socklen_t len = test_address(AF_INET, port_of(l), &ss);
   long r = connect(fd, (struct sockaddr*)&ss, len);
   /* Loopback may complete at once; a program must accept both. */
   printf("connect %s\n", r == 0 || errno == EINPROGRESS ? "0 or EINPROGRESS" : err_name(errno));
@@ -283,7 +304,8 @@ static void case_nonblocking(void) {
   char buf[16];
   show("read with nothing there", read(fd, buf, sizeof(buf)));
   show("server write", write(s, "0123456789", 10));
-  usleep(50000);
+  wait_readable(fd);
+  usleep(20000);  /* (all ten bytes: one write over either transport) */
   int inq = -1, outq = -1;
   show("SIOCINQ", ioctl(fd, SIOCINQ, &inq));
   printf("in queue %d\n", inq);
@@ -435,7 +457,7 @@ static void sdp_only(void) {
   show("its dup: SDP_ZCOPY_THRESH", getsockopt(d, IPPROTO_TCP, SDP_ZCOPY_THRESH, &v, &len));
   int l = listener(AF_INET);
   struct sockaddr_storage ss;
-  len = loopback(AF_INET, port_of(l), &ss);
+  len = test_address(AF_INET, port_of(l), &ss);
   ((struct sockaddr_in*)&ss)->sin_family = AF_INET_SDP;
   show("converted: connect with family 27", connect(d, (struct sockaddr*)&ss, len));
   int a = accept(l, NULL, NULL);
@@ -454,6 +476,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   sdp_mode = strcmp(argv[1], "sdp") == 0;
+  test_addr4.s_addr = htonl(INADDR_LOOPBACK);
+  test_addr6 = in6addr_loopback;
+  const char* a4 = getenv("SDP_TRANSCRIPT_ADDR");
+  const char* a6 = getenv("SDP_TRANSCRIPT_ADDR6");
+  if ((a4 && inet_pton(AF_INET, a4, &test_addr4) != 1) ||
+      (a6 && inet_pton(AF_INET6, a6, &test_addr6) != 1)) {
+    fprintf(stderr, "sdp_transcript: bad SDP_TRANSCRIPT_ADDR or SDP_TRANSCRIPT_ADDR6\n");
+    return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
   alarm(60);
   case_echo(AF_INET);

@@ -47,6 +47,7 @@ class MemChannel : public MessageChannel {
   bool told_closed = false;
 
   bool CanSend() const override { return send_room > 0 && !disconnected && !peer_disconnected; }
+  bool AllSent() const override { return true; }  // (delivered into the peer's queue at once)
   void Send(absl::Span<const uint8_t> m) override {
     EXPECT_TRUE(CanSend());
     // RC: a message with no receive buffer posted would be an RNR error.
@@ -229,6 +230,34 @@ TEST_F(SdpRelayTest, HalfCloseThenCloseEndsInOrder) {
   EXPECT_TRUE(relay_b_->done());
   EXPECT_TRUE(relay_a_->error().ok()) << relay_a_->error();
   EXPECT_TRUE(relay_b_->error().ok()) << relay_b_->error();
+}
+
+TEST_F(SdpRelayTest, FlushedOnlyOnceWhatTheApplicationWroteHasGoneWithItsEndOfFile) {
+  EXPECT_TRUE(relay_a_->Flushed()) << "nothing written: nothing to wait for";
+  // B's application does not read: A's data waits for credits, some of it
+  // still unread at A's relay.
+  const std::string data = Pattern(256 * 1024, 5);
+  size_t sent = 0;
+  for (int i = 0; i < 200; ++i) {
+    const ssize_t n = send(app_a_, data.data() + sent, data.size() - sent, MSG_DONTWAIT);
+    if (n > 0) sent += static_cast<size_t>(n);
+    Step();
+  }
+  EXPECT_FALSE(relay_a_->Flushed()) << "data waits at A for B's credits";
+  // The process ends: its end of file, then B reads everything.
+  while (sent < data.size()) {
+    const ssize_t n = send(app_a_, data.data() + sent, data.size() - sent, MSG_DONTWAIT);
+    if (n > 0) sent += static_cast<size_t>(n);
+    Step();
+    ReadSome(app_b_);  // (draining: checked by the other tests)
+  }
+  ASSERT_EQ(shutdown(app_a_, SHUT_WR), 0);
+  for (int i = 0; i < 2000 && !relay_a_->Flushed(); ++i) {
+    Step();
+    ReadSome(app_b_);
+  }
+  EXPECT_TRUE(relay_a_->Flushed());
+  EXPECT_TRUE(relay_a_->conversation().sent_disconn()) << "flushed includes the end of file";
 }
 
 TEST_F(SdpRelayTest, UrgentDataKeepsItsMarkAndItsSignals) {

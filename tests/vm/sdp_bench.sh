@@ -30,11 +30,13 @@ run() {  # NAME PREFIX RSTREAM_OPTIONS...: one rstream server (vm2) and client (
     vm_barrier "$name"
     sleep 1
     timeout 300 $prefix rstream -s "$PEER" -p "$port" "$@" >/tmp/$name.out 2>&1
-    grep -E "SDP|RDMA" /tmp/$name.out | head -3
-    echo "BENCH $name $(grep -E '^(custom|[0-9a-z_]+) +[0-9]' /tmp/$name.out | tail -1)"
+    local row
+    row=$(grep -E '^custom +[0-9]' /tmp/$name.out | tail -1)
+    echo "BENCH $name $row"
+    [ -n "$row" ] || tail -6 /tmp/$name.out | sed "s/^/BENCH-LOG $name: /"
   fi
 }
-for how in rsocket tcp sdp; do
+for how in ${SDP_BENCH_ONLY:-rsocket tcp sdp}; do
   case $how in
     rsocket) prefix="" opts="" ;;
     tcp) prefix="" opts="-T s" ;;

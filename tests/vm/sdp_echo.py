@@ -16,6 +16,9 @@
                                              as over TCP), half-closes, reads the echo;
                                              prints "ok ..." or "FAIL ..."
 
+  sdp_echo.py blast ADDR PORT SIZE            accepts one connection, writes SIZE patterned bytes
+                                             and leaves at once with os._exit (no close)
+  sdp_echo.py drain PEER PEER_PORT SIZE       connects, reads to the end: prints "ok"/"FAIL"
   sdp_echo.py sleepy ADDR PORT                accepts one connection and never reads it
   sdp_echo.py flood PEER PEER_PORT            writes to it until an error: prints the errno
 
@@ -110,6 +113,29 @@ def client(addr, port, peer, peer_port, size, how):
     return verdict == "ok"
 
 
+def blast(addr, port, size):
+    """Writes `size` bytes to one client and exits at once: the shim must deliver them first."""
+    ls = make(False)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port))
+    ls.listen(1)
+    print("ready", flush=True)
+    c, _ = ls.accept()
+    c.sendall(pattern(size))
+    print("written", flush=True)
+    os._exit(0)
+
+
+def drain(peer, peer_port, size):
+    s = make(False)
+    s.connect((peer, peer_port))
+    got = read_all(s)
+    want = pattern(size)
+    verdict = "ok" if got == want else "FAIL"
+    print(f"{verdict} drained {len(got)} of {size}", flush=True)
+    return verdict == "ok"
+
+
 def sleepy(addr, port):
     """Accepts one connection and never reads it (until killed)."""
     ls = make(False)
@@ -137,6 +163,11 @@ def flood(peer, peer_port):
 
 def main():
     a = sys.argv[1:]
+    if a[0] == "blast":
+        blast(a[1], int(a[2]), int(a[3]))
+        return 0
+    if a[0] == "drain":
+        return 0 if drain(a[1], int(a[2]), int(a[3])) else 1
     if a[0] == "sleepy":
         sleepy(a[1], int(a[2]))
         return 0

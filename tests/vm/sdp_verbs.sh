@@ -134,6 +134,27 @@ else
   vm_barrier p5-done
 fi
 
+# 5b. A writer that leaves at once (os._exit) after writing: its relay thread goes with it, so
+# the shim must deliver what it wrote (and its end of file) first.
+if [ "$ROLE" = kernel ]; then
+  $SHIM timeout 120 $SDP blast "$ME" 5500 3000000 >/tmp/blast.out 2>/tmp/blast.err &
+  blaster=$!
+  wait_for /tmp/blast.out ready 60
+  vm_barrier p6
+  wait "$blaster"
+  echo "RESULT blast-exit $?"
+  grep -E "SDP" /tmp/blast.err | tail -3
+  vm_barrier p6-done
+else
+  vm_barrier p6
+  sleep 1
+  out=$($SHIM timeout 120 $SDP drain "$PEER" 5500 3000000 2>/tmp/drain.err)
+  echo "$out"
+  grep -E "SDP" /tmp/drain.err | tail -3
+  echo "RESULT drain $out"
+  vm_barrier p6-done
+fi
+
 # 4. Java.
 JAVA="java -Xshare:auto -XX:TieredStopAtLevel=1 -Xmx128m -Djava.net.preferIPv4Stack=true"
 if [ ! -f "$BUILD/sdp-java/SdpEcho.class" ]; then
@@ -157,5 +178,21 @@ else
   echo "$out"
   grep -E "SDP|RDMA|Exception" /tmp/java-client.err | head -8
   echo "RESULT java-client $(echo "$out" | grep -c "^ok .* peer /$PEER:5300") $(grep -c 'connected to .* over RDMA verbs' /tmp/java-client.err)"
+fi
+
+# 6. The differential conformance transcripts over verbs (vm1 alone, both ends on its own
+# addresses over rxe0): every case on kernel TCP, then on SDP sockets under the shim.
+if [ "$ROLE" != kernel ]; then
+  ip -6 addr add fd77::1/64 dev eth0 nodad
+  TRANSCRIPT=$BUILD/tests/integration/sdp_transcript
+  export SDP_TRANSCRIPT_ADDR=$ME SDP_TRANSCRIPT_ADDR6=fd77::1
+  timeout 120 "$TRANSCRIPT" tcp >/tmp/tr-tcp.txt 2>&1
+  $SHIM timeout 120 "$TRANSCRIPT" sdp >/tmp/tr-sdp.txt 2>/tmp/tr-sdp.err
+  sed '/^== end/,$d' /tmp/tr-tcp.txt >/tmp/tr-tcp-common.txt
+  sed '/^== SDP only/,$d' /tmp/tr-sdp.txt >/tmp/tr-sdp-common.txt
+  diff /tmp/tr-tcp-common.txt /tmp/tr-sdp-common.txt >/tmp/tr.diff
+  cat /tmp/tr.diff
+  grep -E "warn|error" /tmp/tr-sdp.err | head -8
+  echo "RESULT transcript $(wc -l </tmp/tr-tcp-common.txt) $(wc -l </tmp/tr.diff) $(grep -c 'over RDMA verbs' /tmp/tr-sdp.err) $(grep -c '^== end' /tmp/tr-sdp.txt)"
 fi
 exit 0

@@ -7,7 +7,9 @@ connects; libsdp's "both" falling back to
 TCP for a server without the shim; an SDP socket refused where nobody serves SDP; OpenJDK's
 own SDP support (a Socket and an NIO SocketChannel against a ServerSocket); a blocked writer
 whose reader is killed with kill -9, rdsctl showing both sides on verbs meanwhile; an
-os.closerange over every fd above a connected socket (the shim's own are spared).
+os.closerange over every fd above a connected socket (the shim's own are spared); the
+differential conformance transcripts (sdp_transcript.c) over verbs against kernel TCP; a
+writer that exits with os._exit right after writing (its bytes delivered first).
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~4 min (emulated CPU; the JVMs take most of it).
 """
@@ -71,6 +73,16 @@ def main():
     check(len(killed) == 3 and killed[1] in ("ECONNRESET", "EPIPE") and int(killed[2]) < 50,
           f"a reader that never reads, killed with kill -9: the blocked writer gets ECONNRESET "
           f"or EPIPE (error, seconds): {results.get('killed-reader')}")
+    tr = results.get("transcript", "0 -1 0 0").split()
+    check(len(tr) == 4 and int(tr[0]) > 100 and tr[1] == "0" and int(tr[2]) >= 20 and tr[3] == "1",
+          f"the differential transcripts (tests/integration/sdp_transcript.c) over verbs match "
+          f"kernel TCP's (lines, differing lines, SDP connections over verbs, completed): "
+          f"{results.get('transcript')}")
+    check(results.get("drain", "").startswith("ok drained 3000000") and
+          results.get("blast-exit") == "0",
+          f"a writer that leaves with os._exit right after writing 3 MB: every byte and the end "
+          f"of file reach the reader first: {results.get('drain')} (writer's exit "
+          f"{results.get('blast-exit')})")
     check(results.get("rdsctl-server") == "connected/verbs listening/verbs+tcp",
           f"rdsctl on the reader's side: its listener on verbs and TCP, its connection on verbs: "
           f"{results.get('rdsctl-server')}")
