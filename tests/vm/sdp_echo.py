@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """SDP stream echo for the VM tests (tests/vm/sdp_verbs.sh), run with or without the shim.
 
-  sdp_echo.py server ADDR PORT COUNT [tcp]   serves COUNT connections: reads each stream to its
-                                             end, answers with the same bytes and its SHA-256,
-                                             then closes; prints each peer and digest
+  sdp_echo.py server ADDR PORT COUNT [tcp|pause SECONDS]
+                                             serves COUNT connections: reads each stream to its
+                                             end (after SECONDS: a reader that stops), answers
+                                             with the same bytes and its SHA-256, then closes;
+                                             prints each peer and digest
   sdp_echo.py client ADDR PORT PEER PEER_PORT SIZE [tcp] [nb|timeout] [again]
                                              (nb: a non-blocking connect waited for with
                                              select and SO_ERROR; timeout: CPython's
@@ -53,7 +55,7 @@ def read_all(s):
         chunks.append(b)
 
 
-def server(addr, port, count, tcp):
+def server(addr, port, count, tcp, pause=0):
     ls = make(tcp)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((addr, port))
@@ -61,6 +63,7 @@ def server(addr, port, count, tcp):
     print("ready", flush=True)
     for _ in range(count):
         c, peer = ls.accept()
+        time.sleep(pause)  # a reader that stops: the writer runs out of credits and waits
         data = read_all(c)
         digest = hashlib.sha256(data).hexdigest()
         c.sendall(data + digest.encode())
@@ -175,7 +178,8 @@ def main():
         flood(a[1], int(a[2]))
         return 0
     if a[0] == "server":
-        server(a[1], int(a[2]), int(a[3]), a[4:] == ["tcp"])
+        pause = float(a[5]) if a[4:5] == ["pause"] else 0
+        server(a[1], int(a[2]), int(a[3]), a[4:] == ["tcp"], pause)
         return 0
     rounds = 2 if "again" in a[6:] else 1  # "again": a second connection from this process
     ok = all([client(a[1], int(a[2]), a[3], int(a[4]), int(a[5]), a[6:]) for _ in range(rounds)])

@@ -155,6 +155,66 @@ else
   vm_barrier p6-done
 fi
 
+# 5c. A reader that stops for 3 s, then the link lost for 3 s (netem 100% loss on vm1) while 30 MB
+# go each way: the writer waits out both, nothing lost, duplicated or reordered (the client
+# checks the echo and its SHA-256).
+if [ "$ROLE" = kernel ]; then
+  $SHIM timeout 200 $SDP server "$ME" 5600 1 pause 3 >/tmp/flap-server.out 2>/tmp/flap-server.err &
+  server=$!
+  wait_for /tmp/flap-server.out ready 60
+  vm_barrier p7
+  wait "$server"
+  cat /tmp/flap-server.out
+  vm_barrier p7-done
+else
+  vm_barrier p7
+  $SHIM timeout 200 $SDP client "$ME" 0 "$PEER" 5600 30000000 >/tmp/flap-client.out \
+    2>/tmp/flap-client.err &
+  client=$!
+  sleep 5
+  tc qdisc add dev eth0 root netem loss 100%
+  sleep 3
+  tc qdisc del dev eth0 root
+  wait "$client"
+  cat /tmp/flap-client.out
+  grep -E "SDP" /tmp/flap-client.err | tail -3
+  echo "RESULT flap $(grep -c '^ok size 30000000 got 30000064 ' /tmp/flap-client.out)"
+  vm_barrier p7-done
+fi
+
+# 8. Ordinary TCP programs converted by libsdp rules: CPython's http.server (threads, selectors)
+# serves a 5 MB file; curl (a non-blocking connect and poll) and urllib fetch it over verbs.
+if [ "$ROLE" = kernel ]; then
+  mkdir -p /tmp/www && head -c 5000000 /dev/urandom >/tmp/www/blob
+  sha256sum /tmp/www/blob | cut -c1-64 >/tmp/www/blob.sha
+  echo "use sdp server * *:8000" >/tmp/sdp-http.conf
+  $SHIM RDS_PRELOAD_SDP_CONFIG=/tmp/sdp-http.conf timeout 200 python3 -m http.server \
+    --bind "$ME" --directory /tmp/www 8000 >/tmp/http.out 2>/tmp/http.err &
+  server=$!
+  for _ in $(seq 100); do grep -q "over RDMA verbs and TCP" /tmp/http.err && break; sleep 0.1; done
+  vm_barrier p8
+  vm_barrier p8-done
+  kill "$server"
+  grep -E "SDP" /tmp/http.err | head -4
+else
+  echo "use sdp client * $PEER:8000" >/tmp/sdp-http.conf
+  vm_barrier p8
+  want=$(curl -s "http://$PEER:8000/blob.sha")  # (plain TCP: no shim)
+  $SHIM RDS_PRELOAD_SDP_CONFIG=/tmp/sdp-http.conf timeout 60 curl -s -o /tmp/blob.curl \
+    "http://$PEER:8000/blob" 2>/tmp/curl.err
+  $SHIM RDS_PRELOAD_SDP_CONFIG=/tmp/sdp-http.conf timeout 60 python3 -c "
+import urllib.request, sys
+open('/tmp/blob.urllib', 'wb').write(urllib.request.urlopen(sys.argv[1]).read())" \
+    "http://$PEER:8000/blob" 2>/tmp/urllib.err
+  ok=0
+  for f in /tmp/blob.curl /tmp/blob.urllib; do
+    [ "$(sha256sum "$f" 2>/dev/null | cut -c1-64)" = "$want" ] && ok=$((ok + 1))
+  done
+  grep -E "SDP" /tmp/curl.err /tmp/urllib.err | head -6
+  echo "RESULT http $ok $(cat /tmp/curl.err /tmp/urllib.err | grep -c 'over RDMA verbs')"
+  vm_barrier p8-done
+fi
+
 # 4. Java.
 JAVA="java -Xshare:auto -XX:TieredStopAtLevel=1 -Xmx128m -Djava.net.preferIPv4Stack=true"
 if [ ! -f "$BUILD/sdp-java/SdpEcho.class" ]; then

@@ -9,7 +9,9 @@ own SDP support (a Socket and an NIO SocketChannel against a ServerSocket); a bl
 whose reader is killed with kill -9, rdsctl showing both sides on verbs meanwhile; an
 os.closerange over every fd above a connected socket (the shim's own are spared); the
 differential conformance transcripts (sdp_transcript.c) over verbs against kernel TCP; a
-writer that exits with os._exit right after writing (its bytes delivered first).
+writer that exits with os._exit right after writing (its bytes delivered first); 30 MB each way
+through a reader that stops and a link lost for 3 s; curl and urllib fetching a file from
+python3 -m http.server, all three converted by libsdp rules.
 
 Skips (exit 77) as test_kernel_parity.py does. Expected run time: ~4 min (emulated CPU; the JVMs take most of it).
 """
@@ -83,6 +85,14 @@ def main():
           f"a writer that leaves with os._exit right after writing 3 MB: every byte and the end "
           f"of file reach the reader first: {results.get('drain')} (writer's exit "
           f"{results.get('blast-exit')})")
+    check(results.get("flap") == "1",
+          f"30 MB each way through a reader that stops for 3 s and a link lost for 3 s (netem): "
+          f"echoed whole, SHA-256 checked: {results.get('flap')}")
+    http = results.get("http", "0 0").split()
+    check(len(http) == 2 and http[0] == "2" and int(http[1]) >= 2,
+          f"unmodified TCP programs converted by rules: curl and urllib fetched a 5 MB file from "
+          f"python3 -m http.server over RDMA verbs, SHA-256 equal (equal, verbs connects): "
+          f"{results.get('http')}")
     check(results.get("rdsctl-server") == "connected/verbs listening/verbs+tcp",
           f"rdsctl on the reader's side: its listener on verbs and TCP, its connection on verbs: "
           f"{results.get('rdsctl-server')}")
